@@ -1,0 +1,106 @@
+// common/cuda_check.cpp - error formatting for the checked-call macros.
+#include "common/cuda_check.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace ladder {
+
+namespace {
+
+std::string where(const char* call, const char* file, int line) {
+  std::ostringstream text;
+  text << file << ":" << line << ": " << call;
+  return text.str();
+}
+
+// cuGetErrorName lives in the driver library, which is never linked (see
+// CMakeLists.txt); ask the runtime for its entry point instead.
+const char* driver_error_name(CUresult status) {
+  using GetErrorName = CUresult (*)(CUresult, const char**);
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuGetErrorName", &function, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || function == nullptr) {
+    return "unknown driver error";
+  }
+  const char* name = nullptr;
+  if (reinterpret_cast<GetErrorName>(function)(status, &name) != CUDA_SUCCESS || name == nullptr)
+    return "unknown driver error";
+  return name;
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  const std::string message = where(call, file, line) + " failed: " + cudaGetErrorName(status) +
+                              " (" + cudaGetErrorString(status) + ")";
+  if (status == cudaErrorMemoryAllocation) throw DeviceOutOfMemory(message);
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver)
+    throw NoCudaDevice("no CUDA device found: " + message);
+  throw CudaError(message);
+}
+
+const char* cublas_status_name(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "unknown cuBLAS status";
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  const std::string message = where(call, file, line) + " failed: " + cublas_status_name(status);
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw DeviceOutOfMemory(message);
+  throw CudaError(message);
+}
+
+void throw_driver_error(CUresult status, const char* call, const char* file, int line) {
+  const std::string message = where(call, file, line) + " failed: " + driver_error_name(status) +
+                              " (" + std::to_string(static_cast<int>(status)) + ")";
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) throw DeviceOutOfMemory(message);
+  throw CudaError(message);
+}
+
+bool cuda_device_available(std::string* reason) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) return true;
+  if (reason != nullptr) {
+    if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice || count == 0) {
+      *reason = "no CUDA device found (no NVIDIA GPU or driver on this machine)";
+    } else {
+      *reason = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    }
+  }
+  cudaGetLastError();  // clear the sticky-free error so later calls start clean
+  return false;
+}
+
+void require_cuda_device() {
+  std::string reason;
+  if (!cuda_device_available(&reason)) throw NoCudaDevice(reason);
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, units[unit]);
+  return text;
+}
+
+}  // namespace ladder

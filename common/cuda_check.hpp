@@ -1,0 +1,87 @@
+// common/cuda_check.hpp - checked CUDA, cuBLAS and driver calls.
+//
+// Every call into CUDA goes through one of these macros. A failure throws
+// ladder::CudaError carrying the call, the file and the line, so a user sees
+// one clear line instead of a crash or a silently wrong answer.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace ladder {
+
+/// Thrown by the check macros; what() is one line: where, what was called, what went wrong.
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown when no usable CUDA device exists (no driver, no GPU, or a driver too old).
+class NoCudaDevice : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown when a device allocation cannot be satisfied; says how much was asked.
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
+[[noreturn]] void throw_driver_error(CUresult status, const char* call, const char* file, int line);
+
+/// Human-readable name of a cuBLAS status.
+const char* cublas_status_name(cublasStatus_t status);
+
+/// Throws NoCudaDevice with an actionable message unless a CUDA device can be used.
+/// Turns "CUDA driver version is insufficient" (what the runtime says on a machine
+/// with no driver at all) into "no CUDA device found".
+void require_cuda_device();
+
+/// True when a CUDA device can be used; `reason` receives why not otherwise.
+bool cuda_device_available(std::string* reason = nullptr);
+
+/// Formats a byte count as "1.23 GiB" / "512 KiB".
+std::string format_bytes(double bytes);
+
+}  // namespace ladder
+
+#define CUDA_CHECK(call)                                                        \
+  do {                                                                          \
+    const cudaError_t ladder_status_ = (call);                                  \
+    if (ladder_status_ != cudaSuccess)                                          \
+      ::ladder::throw_cuda_error(ladder_status_, #call, __FILE__, __LINE__);    \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                      \
+  do {                                                                          \
+    const cublasStatus_t ladder_status_ = (call);                               \
+    if (ladder_status_ != CUBLAS_STATUS_SUCCESS)                                \
+      ::ladder::throw_cublas_error(ladder_status_, #call, __FILE__, __LINE__);  \
+  } while (0)
+
+#define CU_CHECK(call)                                                          \
+  do {                                                                          \
+    const CUresult ladder_status_ = (call);                                     \
+    if (ladder_status_ != CUDA_SUCCESS)                                         \
+      ::ladder::throw_driver_error(ladder_status_, #call, __FILE__, __LINE__);  \
+  } while (0)
+
+/// After a kernel launch: catches launch-configuration errors always, and in debug
+/// builds (NDEBUG unset) also synchronizes so a fault is reported at its kernel.
+#ifdef NDEBUG
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#else
+#define CUDA_CHECK_LAUNCH()                 \
+  do {                                      \
+    CUDA_CHECK(cudaGetLastError());         \
+    CUDA_CHECK(cudaDeviceSynchronize());    \
+  } while (0)
+#endif
