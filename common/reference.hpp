@@ -46,10 +46,11 @@ void add(const float* a, const float* b, float* out, std::size_t n);
 /// head h in columns h*D .. h*D+D-1 of each), out is [B, T, C].
 void causal_attention(const float* qkv, float* out, int B, int T, int H, int C);
 
-/// One query per row against L cached positions: q [B, C], keys and values [B, L, C],
-/// out [B, C]. Attends over positions 0 .. L-1 (all valid).
+/// One query per row against L cached positions: q [B, C]; keys and values laid out
+/// [B, H, capacity, D] (Hugging Face's cache layout) of which positions 0 .. L-1 are
+/// valid and attended; out [B, C].
 void decode_attention(const float* q, const float* keys, const float* values, float* out, int B,
-                      int L, int H, int C);
+                      int L, int capacity, int H, int C);
 
 /// Index of the largest value; ties go to the smallest index (as torch.argmax).
 int argmax(const float* values, int n);
