@@ -1,0 +1,143 @@
+// common/benchmark.cpp - statistics, hashes, the HBM floor, the table and the JSON.
+#include "common/benchmark.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/cuda_check.hpp"
+
+namespace ladder {
+
+Summary summarize(std::vector<double> values) {
+  if (values.empty()) throw std::invalid_argument("summarize: no values");
+  Summary summary;
+  const double count = static_cast<double>(values.size());
+  summary.mean = std::accumulate(values.begin(), values.end(), 0.0) / count;
+  double squares = 0;
+  for (double value : values) squares += (value - summary.mean) * (value - summary.mean);
+  summary.std = std::sqrt(squares / count);
+  std::sort(values.begin(), values.end());
+  summary.min = values.front();
+  summary.max = values.back();
+  const std::size_t middle = values.size() / 2;
+  summary.median = values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+  return summary;
+}
+
+std::uint64_t hash_tokens(const std::vector<std::int32_t>& tokens) {
+  std::uint64_t hash = 0xCBF29CE484222325ull;
+  for (std::int32_t token : tokens) {
+    auto bits = static_cast<std::uint32_t>(token);
+    for (int byte = 0; byte < 4; ++byte) {
+      hash ^= (bits >> (8 * byte)) & 0xFFu;
+      hash *= 0x100000001B3ull;
+    }
+  }
+  return hash;
+}
+
+std::string hash_string(std::uint64_t hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps) {
+  const double C = config.n_embd;
+  const double parameters = static_cast<double>(config.parameter_count());
+  const double lm_head = static_cast<double>(config.vocab_size) * C;
+  const double logits = static_cast<double>(batch) * config.vocab_size;
+  double floats = 0;
+  for (int step = 0; step < steps; ++step) {
+    // The token fed at this step sits at position prompt_length - 1 + step and attends
+    // over every position up to and including its own: keys and values of all layers.
+    const double cached_positions = prompt_length + step;
+    const double cache = 2.0 * config.n_layer * batch * cached_positions * C;
+    floats += parameters + lm_head + cache + logits;
+  }
+  return floats * sizeof(float);
+}
+
+namespace {
+
+std::string short_bytes(std::size_t bytes) { return format_bytes(static_cast<double>(bytes)); }
+
+}  // namespace
+
+std::string format_table(const ReportHeader& header, const std::vector<BenchmarkRow>& rows) {
+  std::ostringstream out;
+  out << "chapter " << header.chapter << " (" << header.title << ") | " << header.precision
+      << " | weights: " << header.weights << " | prompts: " << header.prompts
+      << " | allocator: " << header.allocator << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s | %s\n",
+                "batch", "new", "steps", "mean s", "std s", "min s", "max s", "median s",
+                "ms/step", "tokens/s", "floor ms", "x floor", "peak alloc", "peak resv", "frag",
+                "alloc/", "syncs/", "tokens hash");
+  out << line;
+  std::snprintf(line, sizeof line, "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s |\n",
+                "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "step", "step");
+  out << line;
+  for (const BenchmarkRow& row : rows) {
+    std::snprintf(line, sizeof line,
+                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | %10s %10s %4.0f%% | %6.1f %6.2f | %s\n",
+                  row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
+                  row.time.max, row.time.median, row.milliseconds_per_step(),
+                  row.tokens_per_second(), row.floor_seconds * 1e3,
+                  row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0,
+                  short_bytes(row.memory.peak_allocated_bytes).c_str(),
+                  short_bytes(row.memory.peak_reserved_bytes).c_str(),
+                  100.0 * row.memory.fragmentation(), row.allocations_per_step,
+                  row.host_syncs_per_step, row.token_hash.c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
+                header.copy_bandwidth * 1e-12);
+  out << line;
+  return out.str();
+}
+
+std::string format_json(const ReportHeader& header, const std::vector<BenchmarkRow>& rows) {
+  nlohmann::json document = {
+      {"chapter", header.chapter},     {"title", header.title},
+      {"device", header.device},       {"precision", header.precision},
+      {"weights", header.weights},     {"prompts", header.prompts},
+      {"allocator", header.allocator}, {"copy_bandwidth_bytes_per_s", header.copy_bandwidth},
+  };
+  nlohmann::json configurations = nlohmann::json::array();
+  for (const BenchmarkRow& row : rows) {
+    configurations.push_back({
+        {"batch", row.batch},
+        {"new_tokens", row.new_tokens},
+        {"prompt_length", row.prompt_length},
+        {"steps", row.steps},
+        {"seconds", row.seconds},
+        {"mean_s", row.time.mean},
+        {"std_s", row.time.std},
+        {"min_s", row.time.min},
+        {"max_s", row.time.max},
+        {"median_s", row.time.median},
+        {"ms_per_step", row.milliseconds_per_step()},
+        {"tokens_per_s", row.tokens_per_second()},
+        {"floor_s", row.floor_seconds},
+        {"peak_allocated_bytes", row.memory.peak_allocated_bytes},
+        {"peak_reserved_bytes", row.memory.peak_reserved_bytes},
+        {"fragmentation", row.memory.fragmentation()},
+        {"driver_allocations", row.memory.driver_allocations},
+        {"allocations_per_step", row.allocations_per_step},
+        {"host_syncs_per_step", row.host_syncs_per_step},
+        {"token_hash", row.token_hash},
+    });
+  }
+  document["configurations"] = configurations;
+  return document.dump(2) + "\n";
+}
+
+}  // namespace ladder

@@ -1,0 +1,73 @@
+// common/benchmark.hpp - the numbers every chapter reports, and how they are printed.
+//
+// One row per (batch, new tokens) configuration, the seed's table: mean, std, min,
+// max and median seconds of the timed runs (warm-up excluded); ms per step; tokens/s;
+// peak allocated, peak reserved and fragmentation at peak; steps actually run; plus
+// what the later chapters change (allocations and host synchronizations per step),
+// the HBM floor, and a short hash of the generated tokens so outputs compare at a glance.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.hpp"
+#include "common/device_allocator.hpp"
+
+namespace ladder {
+
+/// mean, population std, min, max, median of a sample.
+struct Summary {
+  double mean = 0, std = 0, min = 0, max = 0, median = 0;
+};
+Summary summarize(std::vector<double> values);
+
+/// FNV-1a over the ids: equal outputs give equal hashes on every machine.
+std::uint64_t hash_tokens(const std::vector<std::int32_t>& tokens);
+/// The hash as 16 hex digits.
+std::string hash_string(std::uint64_t hash);
+
+/// Bytes that must cross HBM to generate `steps` tokens per row after a prompt of
+/// `prompt_length` (SPEC): per step, every weight once, the token embedding again for
+/// the tied LM head, the KV cache up to the current position, and the logits.
+double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps);
+
+/// One configuration's results.
+struct BenchmarkRow {
+  int batch = 0;
+  int new_tokens = 0;   ///< asked for
+  int prompt_length = 0;
+  int steps = 0;        ///< actually run (early stop once every row produced EOS)
+  std::vector<double> seconds;  ///< one per timed run
+  Summary time;
+  AllocatorStats memory;        ///< of the last timed run
+  double allocations_per_step = 0;
+  double host_syncs_per_step = 0;
+  double floor_seconds = 0;     ///< floor_bytes / measured copy bandwidth
+  std::string token_hash;
+
+  double milliseconds_per_step() const { return steps > 0 ? time.median * 1e3 / steps : 0; }
+  double tokens_per_second() const {
+    return time.median > 0 ? static_cast<double>(batch) * steps / time.median : 0;
+  }
+};
+
+/// What the table's title line says.
+struct ReportHeader {
+  std::string chapter;     ///< folder name, e.g. "01_naive_decode"
+  std::string title;       ///< e.g. "naive decode"
+  std::string device;      ///< the banner
+  std::string precision;   ///< "fp32" or "tf32"
+  std::string weights;     ///< "random (seed 0)" or the checkpoint directory
+  std::string prompts;     ///< "BOS only", "random, length 8", ...
+  std::string allocator;   ///< the chapter allocator's name
+  double copy_bandwidth = 0;  ///< bytes/s, measured in the same run
+};
+
+/// The table, in configuration order.
+std::string format_table(const ReportHeader& header, const std::vector<BenchmarkRow>& rows);
+
+/// The same as JSON (one object: header fields and a "configurations" array).
+std::string format_json(const ReportHeader& header, const std::vector<BenchmarkRow>& rows);
+
+}  // namespace ladder

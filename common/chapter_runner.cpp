@@ -1,0 +1,264 @@
+// common/chapter_runner.cpp - the part of every chapter that is not its decode loop.
+#include "common/chapter_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+
+#include "common/benchmark.hpp"
+#include "common/cli.hpp"
+#include "common/config.hpp"
+#include "common/cuda_check.hpp"
+#include "common/device_info.hpp"
+#include "common/nvtx.hpp"
+#include "common/tokenizer.hpp"
+#include "common/weights.hpp"
+
+namespace ladder {
+
+void LogitsRecorder::record(const float* device_logits, int batch, int vocab, cudaStream_t stream) {
+  if (!enabled_) return;
+  const std::size_t count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(vocab);
+  const std::size_t offset = values_.size();
+  values_.resize(offset + count);
+  CUDA_CHECK(cudaMemcpyAsync(values_.data() + offset, device_logits, count * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  ++steps_;
+}
+
+std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_generated, int batch,
+                                                    int capacity, int steps, cudaStream_t stream) {
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * steps);
+  if (tokens.empty()) return tokens;
+  CUDA_CHECK(cudaMemcpy2DAsync(tokens.data(), sizeof(std::int32_t) * steps, device_generated,
+                               sizeof(std::int32_t) * capacity, sizeof(std::int32_t) * steps,
+                               batch, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return tokens;
+}
+
+namespace {
+
+/// Everything decided from the command line and the config before touching the GPU,
+/// so bad input is refused on any machine.
+struct Plan {
+  RunOptions options;
+  Gpt2Config config;
+  int eos_token_id = 0;
+  std::optional<Tokenizer> tokenizer;
+  std::vector<std::vector<std::int32_t>> prompt_rows;  ///< from --prompt or --prompt-file
+  std::string prompt_description;
+};
+
+Plan make_plan(int argc, char** argv) {
+  Plan plan;
+  plan.options = parse_run_options(argc, argv);
+  const RunOptions& options = plan.options;
+  if (!options.weights_directory.empty())
+    plan.config = Gpt2Config::from_json_file(options.weights_directory + "/config.json");
+  else if (!options.config_file.empty())
+    plan.config = Gpt2Config::from_json_file(options.config_file);
+  plan.config.validate();
+  plan.eos_token_id = options.eos_token_id.value_or(plan.config.eos_token_id);
+  if (plan.eos_token_id >= plan.config.vocab_size)
+    throw std::invalid_argument("--eos: id " + std::to_string(plan.eos_token_id) +
+                                " is outside the vocabulary of " +
+                                std::to_string(plan.config.vocab_size));
+
+  if (!options.prompt_text.empty() || options.print_text) {
+    const std::string directory = !options.tokenizer_directory.empty() ? options.tokenizer_directory
+                                                                       : options.weights_directory;
+    if (directory.empty())
+      throw std::invalid_argument(
+          "--prompt and --print-text need a tokenizer: pass --tokenizer DIR (vocab.json, "
+          "merges.txt) or --weights DIR");
+    plan.tokenizer = Tokenizer::from_files(directory + "/vocab.json", directory + "/merges.txt");
+  }
+  if (!options.prompt_text.empty()) {
+    plan.prompt_rows = {plan.tokenizer->encode(options.prompt_text)};
+    if (plan.prompt_rows.front().empty())
+      throw std::invalid_argument("--prompt: the text is empty after tokenization");
+    for (std::int32_t id : plan.prompt_rows.front())
+      if (id >= plan.config.vocab_size)
+        throw std::invalid_argument("--prompt: the tokenizer produced id " + std::to_string(id) +
+                                    ", outside the model's vocabulary");
+    plan.prompt_description =
+        "text (" + std::to_string(plan.prompt_rows.front().size()) + " tokens)";
+  } else if (!options.prompt_file.empty()) {
+    plan.prompt_rows = read_token_rows(options.prompt_file, plan.config.vocab_size);
+    plan.prompt_description = "file " + options.prompt_file;
+  } else if (options.random_prompt_length > 0) {
+    plan.prompt_description = "random, length " + std::to_string(options.random_prompt_length);
+  } else {
+    plan.prompt_description = "BOS only";
+  }
+
+  const int prompt_length = !plan.prompt_rows.empty()
+                                ? static_cast<int>(plan.prompt_rows.front().size())
+                                : std::max(1, options.random_prompt_length);
+  for (int new_tokens : options.new_token_counts) {
+    if (static_cast<long long>(prompt_length) + new_tokens > plan.config.n_positions)
+      throw std::invalid_argument(
+          "--new-tokens: a prompt of " + std::to_string(prompt_length) + " plus " +
+          std::to_string(new_tokens) + " new tokens exceeds the model's " +
+          std::to_string(plan.config.n_positions) + " positions");
+  }
+  return plan;
+}
+
+PromptBatch make_prompts(const Plan& plan, int batch) {
+  if (!plan.prompt_rows.empty()) return prompts_from_rows(plan.prompt_rows, batch);
+  if (plan.options.random_prompt_length > 0)
+    return random_prompts(batch, plan.options.random_prompt_length, plan.config.vocab_size,
+                          plan.eos_token_id, plan.options.seed);
+  return bos_prompts(batch, plan.config.bos_token_id);
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream file(path);
+  file << text;
+  if (!file) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+void write_logits(const std::string& path, const LogitsRecorder& recorder, int steps, int batch,
+                  int vocab) {
+  if (recorder.steps() < steps)
+    throw std::runtime_error("the decoder recorded " + std::to_string(recorder.steps()) +
+                             " steps of logits but generated " + std::to_string(steps));
+  std::ofstream file(path, std::ios::binary);
+  // Steps a pipelined decoder ran past the stop point are not part of the output.
+  const std::size_t count = static_cast<std::size_t>(steps) * batch * vocab;
+  file.write(reinterpret_cast<const char*>(recorder.values().data()),
+             static_cast<std::streamsize>(count * sizeof(float)));
+  if (!file) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
+  const std::string program = chapter.folder;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << run_options_usage(program);
+      return kExitSuccess;
+    }
+  const Plan plan = make_plan(argc, argv);
+  const RunOptions& options = plan.options;
+
+  const DeviceInfo device = query_device_info();
+  if (!options.quiet) std::cout << device_banner(device) << "\n";
+
+  const Gpt2Weights weights = options.weights_directory.empty()
+                                  ? random_gpt2_weights(plan.config, options.seed)
+                                  : load_gpt2_checkpoint(options.weights_directory);
+  const DeviceModel model(weights);
+  const double bandwidth = measure_copy_bandwidth();
+  std::unique_ptr<Decoder> decoder =
+      factory(model, DecoderOptions{options.allow_tf32, plan.eos_token_id});
+
+  ReportHeader header;
+  header.chapter = chapter.folder;
+  header.title = chapter.title;
+  header.device = device_banner(device);
+  header.precision = options.allow_tf32 ? "tf32" : "fp32";
+  header.weights = options.weights_directory.empty()
+                       ? "random (seed " + std::to_string(options.seed) + ")"
+                       : options.weights_directory;
+  header.prompts = plan.prompt_description;
+  header.allocator = decoder->allocator().name();
+  header.copy_bandwidth = bandwidth;
+
+  std::vector<BenchmarkRow> rows;
+  GenerationOutput last_output;
+  LogitsRecorder no_logits;
+  for (int batch : options.batch_sizes) {
+    const PromptBatch prompts = make_prompts(plan, batch);
+    for (int new_tokens : options.new_token_counts) {
+      BenchmarkRow row;
+      row.batch = batch;
+      row.new_tokens = new_tokens;
+      row.prompt_length = prompts.length;
+      for (int run_index = 0; run_index < options.warmup_runs; ++run_index) {
+        NvtxRange range("warm-up run");
+        decoder->generate(prompts, new_tokens, no_logits);
+      }
+      std::uint64_t first_hash = 0;
+      for (int run_index = 0; run_index < options.runs; ++run_index) {
+        NvtxRange range("timed run");
+        decoder->allocator().reset_peak_stats();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto start = std::chrono::steady_clock::now();
+        GenerationOutput output = decoder->generate(prompts, new_tokens, no_logits);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto stop = std::chrono::steady_clock::now();
+        row.seconds.push_back(std::chrono::duration<double>(stop - start).count());
+        const std::uint64_t hash = hash_tokens(output.tokens);
+        if (run_index == 0) first_hash = hash;
+        if (hash != first_hash)
+          throw std::runtime_error("run " + std::to_string(run_index + 1) +
+                                   " generated different tokens than run 1 (a race?)");
+        row.steps = output.steps;
+        row.memory = decoder->allocator().stats();
+        row.allocations_per_step =
+            output.steps ? static_cast<double>(row.memory.allocations) / output.steps : 0;
+        row.host_syncs_per_step =
+            output.steps ? static_cast<double>(output.host_syncs) / output.steps : 0;
+        if (!options.quiet)
+          std::fprintf(stderr, "%s: batch %d, %d new tokens: run %d/%d %.4f s (%d steps)\n",
+                       program.c_str(), batch, new_tokens, run_index + 1, options.runs,
+                       row.seconds.back(), output.steps);
+        last_output = std::move(output);
+      }
+      row.time = summarize(row.seconds);
+      row.token_hash = hash_string(first_hash);
+      row.floor_seconds = floor_bytes(plan.config, batch, prompts.length, row.steps) / bandwidth;
+      rows.push_back(row);
+
+      if (!options.logits_output.empty() && batch == options.batch_sizes.back() &&
+          new_tokens == options.new_token_counts.back()) {
+        LogitsRecorder recorder(true);
+        const GenerationOutput recorded = decoder->generate(prompts, new_tokens, recorder);
+        if (recorded.tokens != last_output.tokens)
+          throw std::runtime_error("the run that recorded logits generated different tokens");
+        write_logits(options.logits_output, recorder, recorded.steps, batch,
+                     plan.config.vocab_size);
+      }
+    }
+  }
+
+  std::cout << format_table(header, rows);
+  if (!options.json_output.empty()) write_text_file(options.json_output, format_json(header, rows));
+  if (!options.tokens_output.empty())
+    write_token_rows(options.tokens_output, last_output.tokens, last_output.batch,
+                     last_output.steps);
+  if (options.print_text && plan.tokenizer) {
+    const auto begin = last_output.tokens.begin();
+    std::cout << "row 0: "
+              << plan.tokenizer->decode(std::vector<std::int32_t>(begin, begin + last_output.steps))
+              << "\n";
+  }
+  return kExitSuccess;
+}
+
+}  // namespace
+
+int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
+  const char* program = chapter.folder.c_str();
+  try {
+    return run(argc, argv, chapter, factory);
+  } catch (const std::invalid_argument& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitUsageError;
+  } catch (const NoCudaDevice& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitNoCudaDevice;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitRuntimeError;
+  }
+}
+
+}  // namespace ladder

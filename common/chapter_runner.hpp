@@ -1,0 +1,104 @@
+// common/chapter_runner.hpp - what every chapter's main() hands its decoder to.
+//
+// A chapter file holds its decode loop (a Decoder) and a two-line main():
+//
+//   int main(int argc, char** argv) {
+//     return ladder::run_chapter(argc, argv, {"01_naive_decode", "naive decode"},
+//                                make_decoder<NaiveDecoder>);
+//   }
+//
+// run_chapter does everything that is the same for every rung: the command line,
+// the weights, the prompts, the device banner, warm-up and timed runs, the table,
+// the JSON, the token and logits dumps, and turning every error into one line and
+// a non-zero exit. Nothing in it knows which chapter it runs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/device_allocator.hpp"
+#include "common/device_model.hpp"
+#include "common/prompts.hpp"
+
+namespace ladder {
+
+/// Exit codes of a chapter executable.
+enum ExitCode : int {
+  kExitSuccess = 0,
+  kExitRuntimeError = 1,   ///< bad file, out of memory, CUDA failure
+  kExitUsageError = 2,     ///< bad command line
+  kExitNoCudaDevice = 3,   ///< no GPU / driver
+};
+
+struct ChapterInfo {
+  std::string folder;  ///< "01_naive_decode"
+  std::string title;   ///< "naive decode"
+};
+
+/// What a decoder is built with.
+struct DecoderOptions {
+  bool allow_tf32 = false;
+  int eos_token_id = 0;
+};
+
+/// What one generate() call produced.
+struct GenerationOutput {
+  int batch = 0;
+  int steps = 0;                     ///< new tokens per row actually generated
+  std::vector<std::int32_t> tokens;  ///< [batch, steps]
+  std::int64_t host_syncs = 0;       ///< times the host waited for the GPU inside the loop
+};
+
+/// Copies each step's logits to the host when a test asks for them (--dump-logits);
+/// otherwise record() does nothing. Recording synchronizes, so it runs only in an
+/// extra, untimed run.
+class LogitsRecorder {
+ public:
+  explicit LogitsRecorder(bool enabled = false) : enabled_(enabled) {}
+  bool enabled() const { return enabled_; }
+  /// Appends the [batch, vocab] logits at `device_logits` as the next step.
+  void record(const float* device_logits, int batch, int vocab, cudaStream_t stream);
+  const std::vector<float>& values() const { return values_; }
+  int steps() const { return steps_; }
+
+ private:
+  bool enabled_;
+  int steps_ = 0;
+  std::vector<float> values_;
+};
+
+/// A rung of the ladder: one decode loop.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  /// Greedy decoding of max_new_tokens steps at most, stopping after the step at which
+  /// the last row produced EOS.
+  virtual GenerationOutput generate(const PromptBatch& prompts, int max_new_tokens,
+                                    LogitsRecorder& logits) = 0;
+  /// The allocator the decode loop takes its memory from (its statistics fill the table).
+  virtual DeviceAllocator& allocator() = 0;
+};
+
+/// Copies the first `steps` columns of the device's generated ids [batch, capacity]
+/// to the host as [batch, steps] (synchronizes `stream`).
+std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_generated, int batch,
+                                                    int capacity, int steps, cudaStream_t stream);
+
+using DecoderFactory =
+    std::function<std::unique_ptr<Decoder>(const DeviceModel&, const DecoderOptions&)>;
+
+template <typename ConcreteDecoder>
+std::unique_ptr<Decoder> make_decoder(const DeviceModel& model, const DecoderOptions& options) {
+  return std::make_unique<ConcreteDecoder>(model, options);
+}
+
+/// Runs a chapter: parses argv, runs every configuration, prints the table.
+/// Returns an ExitCode; never throws.
+int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory);
+
+}  // namespace ladder

@@ -1,0 +1,140 @@
+// common/cli.cpp - parsing of the shared chapter command line.
+#include "common/cli.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace ladder {
+
+namespace {
+
+long long parse_integer(const std::string& flag, const std::string& text, long long minimum,
+                        long long maximum) {
+  if (text.empty()) throw std::invalid_argument(flag + ": expected a number, got nothing");
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0')
+    throw std::invalid_argument(flag + ": expected a whole number, got '" + text + "'");
+  if (value < minimum || value > maximum) {
+    std::ostringstream message;
+    message << flag << ": " << value << " is out of range [" << minimum << ", " << maximum << "]";
+    throw std::invalid_argument(message.str());
+  }
+  return value;
+}
+
+std::vector<int> parse_integer_list(const std::string& flag, const std::string& text, int minimum,
+                                    int maximum) {
+  std::vector<int> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ','))
+    values.push_back(static_cast<int>(parse_integer(flag, item, minimum, maximum)));
+  if (values.empty() || text.back() == ',')
+    throw std::invalid_argument(flag + ": expected a number or a comma-separated list, got '" +
+                                text + "'");
+  return values;
+}
+
+}  // namespace
+
+RunOptions parse_run_options(int argc, const char* const* argv) {
+  RunOptions options;
+  constexpr int kLargest = std::numeric_limits<int>::max();
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+    } else if (flag == "--batch") {
+      options.batch_sizes = parse_integer_list(flag, value(), 1, 1 << 16);
+    } else if (flag == "--new-tokens") {
+      options.new_token_counts = parse_integer_list(flag, value(), 1, kLargest);
+    } else if (flag == "--runs") {
+      options.runs = static_cast<int>(parse_integer(flag, value(), 1, 10000));
+    } else if (flag == "--warmup") {
+      options.warmup_runs = static_cast<int>(parse_integer(flag, value(), 0, 10000));
+    } else if (flag == "--seed") {
+      options.seed = static_cast<std::uint64_t>(
+          parse_integer(flag, value(), 0, std::numeric_limits<long long>::max()));
+    } else if (flag == "--weights") {
+      options.weights_directory = value();
+    } else if (flag == "--config") {
+      options.config_file = value();
+    } else if (flag == "--tokenizer") {
+      options.tokenizer_directory = value();
+    } else if (flag == "--prompt") {
+      options.prompt_text = value();
+    } else if (flag == "--random-prompt-length") {
+      options.random_prompt_length = static_cast<int>(parse_integer(flag, value(), 1, kLargest));
+    } else if (flag == "--prompt-file") {
+      options.prompt_file = value();
+    } else if (flag == "--eos") {
+      options.eos_token_id = static_cast<int>(parse_integer(flag, value(), 0, kLargest));
+    } else if (flag == "--tf32") {
+      options.allow_tf32 = true;
+    } else if (flag == "--json") {
+      options.json_output = value();
+    } else if (flag == "--dump-tokens") {
+      options.tokens_output = value();
+    } else if (flag == "--dump-logits") {
+      options.logits_output = value();
+    } else if (flag == "--print-text") {
+      options.print_text = true;
+    } else if (flag == "--quiet") {
+      options.quiet = true;
+    } else {
+      throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
+    }
+  }
+  const int prompt_sources = (options.prompt_text.empty() ? 0 : 1) +
+                             (options.random_prompt_length > 0 ? 1 : 0) +
+                             (options.prompt_file.empty() ? 0 : 1);
+  if (prompt_sources > 1)
+    throw std::invalid_argument(
+        "--prompt, --random-prompt-length and --prompt-file: choose at most one");
+  if (!options.weights_directory.empty() && !options.config_file.empty())
+    throw std::invalid_argument("--config: only for random weights; --weights brings its own config");
+  return options;
+}
+
+std::string run_options_usage(const std::string& program) {
+  return "usage: " + program + R"( [flags]
+
+Generates tokens with GPT-2 (greedy, batch of prompts) and prints the timing and
+memory table for every (batch, new tokens) configuration.
+
+workload
+  --batch LIST              rows per batch, e.g. 32 or 1,8,32,64        (default 32)
+  --new-tokens LIST         new tokens per row, e.g. 100,200,400     (default 100,200,400)
+  --runs N                  timed runs per configuration                (default 5)
+  --warmup N                untimed runs first                          (default 1)
+  --seed S                  seed of the random weights and prompts      (default 0)
+model
+  --weights DIR             Hugging Face GPT-2 directory (config.json, model.safetensors);
+                            default: GPT-2 small with the documented random weights
+  --config FILE             config.json of another GPT-2 size, random weights
+  --tokenizer DIR           vocab.json + merges.txt (default: the --weights directory)
+  --eos ID                  end-of-sequence id (default: the config's)
+  --tf32                    TF32 tensor-core matmuls (default: plain fp32)
+prompts (default: every row is the BOS token alone)
+  --prompt TEXT             one text prompt, tokenized with GPT-2's BPE, for every row
+  --random-prompt-length L  per-row random token prompts of length L
+  --prompt-file FILE        per-row prompts: token ids, one row per line
+output
+  --json FILE               results as JSON
+  --dump-tokens FILE        generated ids of the last run, one row per line
+  --dump-logits FILE        every step's logits, float32 [steps, batch, vocab] (for tests)
+  --print-text              print row 0's generated text (needs a tokenizer)
+  --quiet                   print only the table
+)";
+}
+
+}  // namespace ladder

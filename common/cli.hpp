@@ -1,0 +1,45 @@
+// common/cli.hpp - the one command-line interface every chapter shares.
+//
+// Every chapter executable accepts the same flags, so a workshop can run any rung
+// the same way and lay the tables side by side. `--help` lists them. A bad value
+// gives one line naming the flag and a non-zero exit (the runner catches
+// std::invalid_argument).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ladder {
+
+/// What a chapter run was asked to do.
+struct RunOptions {
+  std::vector<int> batch_sizes{32};             ///< --batch 32 or --batch 1,8,32,64
+  std::vector<int> new_token_counts{100, 200, 400};  ///< --new-tokens 100,200,400
+  int runs = 5;                                 ///< timed runs per configuration
+  int warmup_runs = 1;                          ///< runs before timing, excluded
+  std::uint64_t seed = 0;                       ///< seed of the random weights and prompts
+  std::string weights_directory;                ///< Hugging Face GPT-2 directory; empty = random
+  std::string config_file;                      ///< config.json for random weights of another size
+  std::string tokenizer_directory;              ///< vocab.json + merges.txt (default: weights dir)
+  std::string prompt_text;                      ///< one text prompt, repeated for every row
+  int random_prompt_length = 0;                 ///< > 0: per-row random token prompts
+  std::string prompt_file;                      ///< per-row prompts: token ids, one row per line
+  std::optional<int> eos_token_id;              ///< overrides the config's EOS id
+  bool allow_tf32 = false;                      ///< TF32 tensor-core matmuls (the seed's setting)
+  std::string json_output;                      ///< write results as JSON here
+  std::string tokens_output;                    ///< write the last run's tokens here
+  std::string logits_output;                    ///< write every step's logits here (for tests)
+  bool print_text = false;                      ///< decode and print row 0's text
+  bool quiet = false;                           ///< only the table
+  bool help = false;
+};
+
+/// Parses argv; throws std::invalid_argument("--flag: what is wrong") on bad input.
+RunOptions parse_run_options(int argc, const char* const* argv);
+
+/// The --help text.
+std::string run_options_usage(const std::string& program);
+
+}  // namespace ladder

@@ -1,0 +1,134 @@
+// common/config.cpp - validating and loading a GPT-2 configuration.
+//
+// from_json_file reads Hugging Face's config.json. Fields it does not name keep
+// GPT-2 small's defaults; fields that would change the computation in a way this
+// code does not implement (another model type, another activation, an MLP width
+// other than 4 n_embd, untied LM head, per-layer attention scaling) are refused,
+// because running such a model anyway would produce plausible but wrong tokens.
+#include "common/config.hpp"
+
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace ladder {
+
+namespace {
+
+void require_positive(int value, const char* field) {
+  if (value <= 0)
+    throw std::invalid_argument(std::string(field) + " must be positive, got " +
+                                std::to_string(value));
+}
+
+void require_token_in_vocabulary(int token_id, int vocab_size, const char* field) {
+  if (token_id < 0 || token_id >= vocab_size)
+    throw std::invalid_argument(std::string(field) + " " + std::to_string(token_id) +
+                                " is outside the vocabulary (vocab_size " +
+                                std::to_string(vocab_size) + "); set " + field +
+                                " below vocab_size");
+}
+
+// Reads an optional integer field; absent or null keeps the default.
+void read_int(const nlohmann::json& config, const char* field, int& value) {
+  const auto found = config.find(field);
+  if (found == config.end() || found->is_null()) return;
+  if (!found->is_number_integer())
+    throw std::invalid_argument(std::string(field) + " must be an integer, got " + found->dump());
+  const auto wide = found->get<std::int64_t>();
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string(field) + " " + found->dump() + " does not fit in int");
+  value = static_cast<int>(wide);
+}
+
+// An optional field that, when present, must hold exactly `required`.
+template <typename Value>
+void require_if_present(const nlohmann::json& config, const char* field, const Value& required,
+                        const char* why) {
+  const auto found = config.find(field);
+  if (found == config.end() || found->is_null()) return;
+  if (*found != nlohmann::json(required))
+    throw std::invalid_argument(std::string(field) + " is " + found->dump() + ", but " + why);
+}
+
+Gpt2Config parse_config(const nlohmann::json& json) {
+  if (!json.is_object()) throw std::invalid_argument("the top level is not a JSON object");
+  require_if_present(json, "model_type", std::string("gpt2"), "this code runs only GPT-2 models");
+  require_if_present(json, "activation_function", std::string("gelu_new"),
+                     "GPT-2 here uses the tanh GELU (\"gelu_new\")");
+  require_if_present(json, "tie_word_embeddings", true,
+                     "the LM head is always tied to the token embedding here");
+  require_if_present(json, "scale_attn_weights", true,
+                     "attention scores are always scaled by 1/sqrt(head_dim) here");
+  require_if_present(json, "scale_attn_by_inverse_layer_idx", false,
+                     "per-layer attention scaling is not implemented");
+
+  Gpt2Config config;
+  read_int(json, "n_layer", config.n_layer);
+  read_int(json, "n_head", config.n_head);
+  read_int(json, "n_embd", config.n_embd);
+  read_int(json, "vocab_size", config.vocab_size);
+  read_int(json, "n_positions", config.n_positions);
+  read_int(json, "bos_token_id", config.bos_token_id);
+  read_int(json, "eos_token_id", config.eos_token_id);
+
+  const auto epsilon = json.find("layer_norm_epsilon");
+  if (epsilon != json.end() && !epsilon->is_null()) {
+    if (!epsilon->is_number())
+      throw std::invalid_argument("layer_norm_epsilon must be a number, got " + epsilon->dump());
+    config.layer_norm_epsilon = epsilon->get<float>();
+  }
+
+  // The MLP width is fixed at 4 n_embd by the parameter layout.
+  require_if_present(json, "n_inner", 4 * config.n_embd, "the MLP width must be 4 * n_embd");
+  return config;
+}
+
+}  // namespace
+
+void Gpt2Config::validate() const {
+  require_positive(n_layer, "n_layer");
+  require_positive(n_head, "n_head");
+  require_positive(n_embd, "n_embd");
+  require_positive(vocab_size, "vocab_size");
+  require_positive(n_positions, "n_positions");
+  if (n_embd % n_head != 0)
+    throw std::invalid_argument("n_embd " + std::to_string(n_embd) +
+                                " must be divisible by n_head " + std::to_string(n_head));
+  if (!(layer_norm_epsilon > 0.0f))
+    throw std::invalid_argument("layer_norm_epsilon must be positive, got " +
+                                std::to_string(layer_norm_epsilon));
+  require_token_in_vocabulary(bos_token_id, vocab_size, "bos_token_id");
+  require_token_in_vocabulary(eos_token_id, vocab_size, "eos_token_id");
+}
+
+Gpt2Config Gpt2Config::from_json_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error(path + ": cannot open the GPT-2 config file");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw std::runtime_error(path + ": invalid JSON (" + error.what() + ")");
+  }
+  try {
+    Gpt2Config config = parse_config(json);
+    config.validate();
+    return config;
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(path + ": not a GPT-2 config this code can run: " + error.what());
+  }
+}
+
+std::int64_t Gpt2Config::parameter_count() const {
+  const std::int64_t C = n_embd;
+  const std::int64_t layernorm = 2 * C;
+  const std::int64_t attention = C * 3 * C + 3 * C + C * C + C;
+  const std::int64_t mlp = C * 4 * C + 4 * C + 4 * C * C + C;
+  const std::int64_t block = 2 * layernorm + attention + mlp;
+  return std::int64_t{vocab_size} * C + std::int64_t{n_positions} * C + n_layer * block + layernorm;
+}
+
+}  // namespace ladder

@@ -1,0 +1,45 @@
+// common/prompts.hpp - the batch of prompts a chapter decodes from.
+//
+// All rows of a batch have the same length: as in the seed, there is no padding
+// and no attention mask, so rows of different lengths cannot share a batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ladder {
+
+struct PromptBatch {
+  int batch = 0;
+  int length = 0;
+  std::vector<std::int32_t> tokens;  ///< [batch, length] row-major
+
+  std::vector<std::vector<std::int32_t>> rows() const;
+};
+
+/// Every row is the single token `bos_token_id` (the seed's workload).
+PromptBatch bos_prompts(int batch, int bos_token_id);
+
+/// The same token sequence in every row.
+PromptBatch repeated_prompt(const std::vector<std::int32_t>& ids, int batch);
+
+/// Per-row random ids in [0, vocab_size) other than `excluded_id` (the EOS id, so no
+/// row is finished before it starts). Deterministic in `seed` on every machine.
+PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_id,
+                           std::uint64_t seed);
+
+/// Reads token ids, one row per line, separated by spaces. Throws std::runtime_error
+/// (one line: file, line number, problem) on a missing file, a non-number, an id
+/// outside [0, vocab_size), an empty file, or rows of different lengths.
+std::vector<std::vector<std::int32_t>> read_token_rows(const std::string& path, int vocab_size);
+
+/// `batch` rows taken from `rows` in order, starting again at the first when the file
+/// has fewer rows than the batch.
+PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows, int batch);
+
+/// Writes [batch, columns] ids, one row per line (the format read_token_rows reads).
+void write_token_rows(const std::string& path, const std::vector<std::int32_t>& tokens, int batch,
+                      int columns);
+
+}  // namespace ladder

@@ -1,0 +1,49 @@
+// kernels/launch_checks.hpp - argument checks and grid sizing shared by the launchers.
+//
+// Every launcher checks its arguments on the host before anything reaches the GPU
+// and throws std::invalid_argument with one line naming the launcher and the bad
+// argument: a wrong shape then fails at the call that caused it, not as a wrong
+// answer (or an illegal address) several kernels later.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace ladder::launch_checks {
+
+[[noreturn]] inline void fail(const char* launcher, const std::string& problem) {
+  throw std::invalid_argument(std::string(launcher) + ": " + problem);
+}
+
+/// Throws unless `condition` holds; `problem` says what was expected.
+inline void require(bool condition, const char* launcher, const char* problem) {
+  if (!condition) fail(launcher, problem);
+}
+
+inline void require_positive(const char* launcher, const char* name, long long value) {
+  if (value <= 0) fail(launcher, std::string(name) + " must be > 0 (got " + std::to_string(value) + ")");
+}
+
+inline void require_not_null(const char* launcher, const char* name, const void* pointer) {
+  if (pointer == nullptr) fail(launcher, std::string(name) + " must not be null");
+}
+
+/// True when `pointer` may be read as float4 (16-byte aligned).
+inline bool is_16_byte_aligned(const void* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0;
+}
+
+/// Blocks for a grid-stride loop over `work_items`: enough to cover them, but capped,
+/// because beyond a few waves of blocks more blocks only add scheduling work; each
+/// thread then loops over several items.
+inline unsigned int grid_stride_blocks(std::size_t work_items, int threads_per_block) {
+  constexpr std::size_t kMaxBlocks = 4096;  // ~4 full waves of 256-thread blocks on an H200
+  const std::size_t threads = static_cast<std::size_t>(threads_per_block);
+  const std::size_t blocks = (work_items + threads - 1) / threads;
+  return static_cast<unsigned int>(std::clamp<std::size_t>(blocks, 1, kMaxBlocks));
+}
+
+}  // namespace ladder::launch_checks

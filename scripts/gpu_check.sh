@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh - proves the GPU work on a machine with an NVIDIA GPU, in one call.
+#
+#   bash scripts/gpu_check.sh [STAGE ...]      (default: test hf bench)
+#
+# Stages, run in this order:
+#   golden    regenerate tests/data/golden_model with Hugging Face transformers (needs torch)
+#   test      build with all cores and run every test, GPU tests included
+#   hf        full-size random GPT-2 small from transformers: chapter 01's greedy tokens
+#             must equal Hugging Face's (needs torch and transformers)
+#   sanitize  compute-sanitizer memcheck on a short run of every chapter
+#   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
+# Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
+# If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
+# access), they are unpacked and used.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=${OUT:-$root/gpu_check_out}
+mkdir -p "$out/logs"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(test hf bench)
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+wants() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+if ls .deps/*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/ladder-deps
+  for deb in .deps/*.deb; do dpkg -x "$deb" /tmp/ladder-deps; done
+  export LADDER_DEPS_PREFIX=/tmp/ladder-deps/usr
+fi
+export LADDER_PRESET=${LADDER_PRESET:-native}
+build=$root/build/$LADDER_PRESET
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+  > "$out/logs/nvidia-smi.txt" 2>&1
+note "GPU: $(sed -n 2p "$out/logs/nvidia-smi.txt")"
+
+if wants golden; then
+  if PYTHONUNBUFFERED=1 python3 scripts/make_golden_model.py > "$out/logs/golden.log" 2>&1; then
+    tar -czf "$out/golden_model.tar.gz" -C tests/data golden_model
+    note "golden: regenerated ($(du -sh tests/data/golden_model | cut -f1))"
+  else
+    note "golden: FAILED (logs/golden.log)"; tail -20 "$out/logs/golden.log"
+  fi
+fi
+
+if wants test || wants hf || wants sanitize || wants bench; then
+  start=$(date +%s)
+  extra=()
+  [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
+  if cmake --preset "$LADDER_PRESET" "${extra[@]}" > "$out/logs/configure.log" 2>&1 &&
+     cmake --build --preset "$LADDER_PRESET" -j "$(nproc)" > "$out/logs/build.log" 2>&1; then
+    note "build: ok in $(( $(date +%s) - start )) s"
+  else
+    note "build: FAILED"; tail -40 "$out/logs/configure.log" "$out/logs/build.log"
+    printf '%s\n' "${summary[@]}" > "$out/summary.txt"; exit 1
+  fi
+fi
+
+if wants test; then
+  ctest --test-dir "$build" --output-on-failure -j 1 > "$out/logs/ctest.log" 2>&1
+  note "tests: $(grep -E 'tests passed|tests failed' "$out/logs/ctest.log" | tail -1)"
+  grep -E '\*\*\*Failed|Not Run|\*\*\*Skipped|Exception' "$out/logs/ctest.log" | head -20
+fi
+
+if wants hf; then
+  hf_dir=/tmp/gpt2-small-random
+  if PYTHONUNBUFFERED=1 python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
+    for chapter in "$build"/chapters/[0-9][0-9]_*; do
+      name=$(basename "$chapter")
+      "$chapter" --weights "$hf_dir" --prompt-file "$hf_dir/prompts.txt" --batch 4 \
+        --new-tokens 16 --runs 1 --warmup 0 --quiet --dump-tokens "$out/logs/$name.hf_tokens.txt" \
+        >> "$out/logs/hf.log" 2>&1
+      if cmp -s "$hf_dir/hf_tokens.txt" "$out/logs/$name.hf_tokens.txt"; then
+        note "hf gpt2-small: $name tokens equal Hugging Face's"
+      else
+        note "hf gpt2-small: $name tokens DIFFER from Hugging Face's"
+      fi
+    done
+  else
+    note "hf gpt2-small: script FAILED (logs/hf.log)"; tail -20 "$out/logs/hf.log"
+  fi
+fi
+
+if wants sanitize; then
+  for chapter in "$build"/chapters/[0-9][0-9]_*; do
+    name=$(basename "$chapter")
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$chapter" --config tests/data/golden_model/config.json \
+      --batch 3 --new-tokens 6 --runs 1 --warmup 0 --quiet > "$out/logs/$name.memcheck.log" 2>&1
+    note "memcheck $name: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/logs/$name.memcheck.log") clean summaries)"
+  done
+fi
+
+if wants bench; then
+  mkdir -p "$out/results"
+  for chapter in "$build"/chapters/[0-9][0-9]_*; do
+    name=$(basename "$chapter")
+    if "$chapter" --json "$out/results/$name.json" > "$out/logs/$name.bench.log" 2>&1; then
+      note "bench $name: ok"
+    else
+      note "bench $name: FAILED"; tail -5 "$out/logs/$name.bench.log"
+    fi
+    grep -E '^ +[0-9]+ +[0-9]+ ' "$out/logs/$name.bench.log"
+  done
+  tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$out/results"
+fi
+
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
+printf '%s\n' "${summary[@]}" > "$out/summary.txt"
+echo
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
