@@ -50,16 +50,18 @@ std::string hash_string(std::uint64_t hash) {
 
 double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps) {
   const double C = config.n_embd;
-  const double parameters = static_cast<double>(config.parameter_count());
-  const double lm_head = static_cast<double>(config.vocab_size) * C;
+  // Every weight once, except the embedding tables, of which a step reads only the B
+  // rows it looks up; then the token embedding again, whole, as the tied LM head.
+  const double position_table = static_cast<double>(config.n_positions) * C;
+  const double weights = static_cast<double>(config.parameter_count()) - position_table;
   const double logits = static_cast<double>(batch) * config.vocab_size;
   double floats = 0;
   for (int step = 0; step < steps; ++step) {
-    // The token fed at this step sits at position prompt_length - 1 + step and attends
-    // over every position up to and including its own: keys and values of all layers.
+    // The token fed at this step attends over every position up to its own: the keys
+    // and values of all layers for prompt_length + step positions.
     const double cached_positions = prompt_length + step;
     const double cache = 2.0 * config.n_layer * batch * cached_positions * C;
-    floats += parameters + lm_head + cache + logits;
+    floats += weights + cache + logits;
   }
   return floats * sizeof(float);
 }

@@ -28,8 +28,9 @@ std::uint64_t hash_tokens(const std::vector<std::int32_t>& tokens);
 std::string hash_string(std::uint64_t hash);
 
 /// Bytes that must cross HBM to generate `steps` tokens per row after a prompt of
-/// `prompt_length` (SPEC): per step, every weight once, the token embedding again for
-/// the tied LM head, the KV cache up to the current position, and the logits.
+/// `prompt_length` (SPEC): per step, every weight once (of the embedding tables only
+/// the rows looked up, which is negligible), the token embedding again, whole, for the
+/// tied LM head, the KV cache up to the current position, and the logits.
 double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps);
 
 /// One configuration's results.

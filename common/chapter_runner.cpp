@@ -53,15 +53,17 @@ struct Plan {
   std::optional<Tokenizer> tokenizer;
   std::vector<std::vector<std::int32_t>> prompt_rows;  ///< from --prompt or --prompt-file
   std::string prompt_description;
+  std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
 };
 
 Plan make_plan(int argc, char** argv) {
   Plan plan;
   plan.options = parse_run_options(argc, argv);
   const RunOptions& options = plan.options;
-  if (!options.weights_directory.empty())
-    plan.config = Gpt2Config::from_json_file(options.weights_directory + "/config.json");
-  else if (!options.config_file.empty())
+  if (!options.weights_directory.empty()) {
+    plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
+    plan.config = plan.checkpoint->config;
+  } else if (!options.config_file.empty())
     plan.config = Gpt2Config::from_json_file(options.config_file);
   plan.config.validate();
   plan.eos_token_id = options.eos_token_id.value_or(plan.config.eos_token_id);
@@ -151,10 +153,9 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   const DeviceInfo device = query_device_info();
   if (!options.quiet) std::cout << device_banner(device) << "\n";
 
-  const Gpt2Weights weights = options.weights_directory.empty()
-                                  ? random_gpt2_weights(plan.config, options.seed)
-                                  : load_gpt2_checkpoint(options.weights_directory);
-  const DeviceModel model(weights);
+  const Gpt2Weights random_weights =
+      plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, options.seed);
+  const DeviceModel model(plan.checkpoint ? *plan.checkpoint : random_weights);
   const double bandwidth = measure_copy_bandwidth();
   std::unique_ptr<Decoder> decoder =
       factory(model, DecoderOptions{options.allow_tf32, plan.eos_token_id});

@@ -1,0 +1,50 @@
+// tests/cpu/test_prompts.cpp - prompt batches and the token-id file format.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/prompts.hpp"
+#include "tests/support/chapter_process.hpp"
+
+TEST_CASE("BOS prompts hold one BOS per row", "[prompts]") {
+  const ladder::PromptBatch prompts = ladder::bos_prompts(3, 50256);
+  CHECK(prompts.batch == 3);
+  CHECK(prompts.length == 1);
+  CHECK(prompts.tokens == std::vector<std::int32_t>{50256, 50256, 50256});
+}
+
+TEST_CASE("random prompts are deterministic, in range and avoid the excluded id", "[prompts]") {
+  const auto first = ladder::random_prompts(16, 9, 11, 10, 1234);
+  const auto again = ladder::random_prompts(16, 9, 11, 10, 1234);
+  const auto other = ladder::random_prompts(16, 9, 11, 10, 1235);
+  CHECK(first.tokens == again.tokens);
+  CHECK(first.tokens != other.tokens);
+  std::set<std::int32_t> seen(first.tokens.begin(), first.tokens.end());
+  CHECK(*seen.begin() >= 0);
+  CHECK(*seen.rbegin() <= 9);
+  CHECK(seen.count(10) == 0);
+  CHECK(seen.size() == 10);  // 144 draws over 10 ids: all appear
+  // Rows differ from each other (per-row prompts, not one prompt repeated).
+  const auto rows = first.rows();
+  CHECK(rows[0] != rows[1]);
+}
+
+TEST_CASE("token rows round-trip through the file format and cycle to fill a batch",
+          "[prompts]") {
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-prompts");
+  const std::string path = directory + "/rows.txt";
+  const std::vector<std::int32_t> tokens{1, 2, 3, 4, 5, 6};
+  ladder::write_token_rows(path, tokens, 2, 3);
+  const auto rows = ladder::read_token_rows(path, 7);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[1] == std::vector<std::int32_t>{4, 5, 6});
+  const ladder::PromptBatch batch = ladder::prompts_from_rows(rows, 5);
+  CHECK(batch.length == 3);
+  CHECK(batch.tokens == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3});
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(ladder::read_token_rows(path, 6), Contains("rows.txt:2: token id 6"));
+  std::filesystem::remove_all(directory);
+}

@@ -1,0 +1,47 @@
+// tests/support/chapter_process.hpp - running a chapter executable from a test.
+//
+// The chapter tests treat every chapter as a black box: the same command line a
+// reader types, the generated ids and logits read back from the dump files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ladder::testing {
+
+/// Every chapter target this build has, in ladder order ("01_naive_decode", ...).
+std::vector<std::string> chapter_names();
+
+/// Path of a file under tests/data.
+std::string test_data_path(const std::string& relative);
+
+/// A fresh, empty folder under the system's temporary directory.
+std::string make_temporary_directory(const std::string& prefix);
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  ///< stdout and stderr together
+};
+
+/// Runs `chapter` with `arguments` (each passed as one argument) and an optional
+/// environment prefix such as "CUDA_VISIBLE_DEVICES=-1".
+ProcessResult run_chapter_process(const std::string& chapter,
+                                  const std::vector<std::string>& arguments,
+                                  const std::string& environment = "");
+
+/// What a chapter generated, read back from --dump-tokens / --dump-logits files.
+struct ChapterOutput {
+  int batch = 0;
+  int steps = 0;
+  std::vector<std::int32_t> tokens;  ///< [batch, steps]
+  std::vector<float> logits;         ///< [steps, batch, vocab], empty if not dumped
+};
+
+/// Runs `chapter` once (no warm-up, one timed run) with `arguments` plus the dump
+/// flags, and reads the dumps back. Fails the current test if the process fails.
+ChapterOutput generate_with_chapter(const std::string& chapter,
+                                    const std::vector<std::string>& arguments, int vocab_size,
+                                    bool with_logits);
+
+}  // namespace ladder::testing
