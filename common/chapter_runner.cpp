@@ -50,7 +50,7 @@ struct Plan {
   RunOptions options;
   Gpt2Config config;
   int eos_token_id = 0;
-  std::optional<Tokenizer> tokenizer;
+  std::optional<Gpt2Tokenizer> tokenizer;
   std::vector<std::vector<std::int32_t>> prompt_rows;  ///< from --prompt or --prompt-file
   std::string prompt_description;
   std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
@@ -79,7 +79,7 @@ Plan make_plan(int argc, char** argv) {
       throw std::invalid_argument(
           "--prompt and --print-text need a tokenizer: pass --tokenizer DIR (vocab.json, "
           "merges.txt) or --weights DIR");
-    plan.tokenizer = Tokenizer::from_files(directory + "/vocab.json", directory + "/merges.txt");
+    plan.tokenizer = Gpt2Tokenizer::from_directory(directory);
   }
   if (!options.prompt_text.empty()) {
     plan.prompt_rows = {plan.tokenizer->encode(options.prompt_text)};

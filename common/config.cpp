@@ -82,7 +82,8 @@ Gpt2Config parse_config(const nlohmann::json& json) {
   }
 
   // The MLP width is fixed at 4 n_embd by the parameter layout.
-  require_if_present(json, "n_inner", 4 * config.n_embd, "the MLP width must be 4 * n_embd");
+  require_if_present(json, "n_inner", std::int64_t{4} * config.n_embd,
+                     "the MLP width must be 4 * n_embd");
   return config;
 }
 
@@ -123,12 +124,15 @@ Gpt2Config Gpt2Config::from_json_file(const std::string& path) {
 }
 
 std::int64_t Gpt2Config::parameter_count() const {
-  const std::int64_t C = n_embd;
-  const std::int64_t layernorm = 2 * C;
-  const std::int64_t attention = C * 3 * C + 3 * C + C * C + C;
-  const std::int64_t mlp = C * 4 * C + 4 * C + 4 * C * C + C;
+  const std::int64_t channels = n_embd;
+  const std::int64_t layernorm = 2 * channels;
+  const std::int64_t attention =
+      channels * 3 * channels + 3 * channels + channels * channels + channels;
+  const std::int64_t mlp =
+      channels * 4 * channels + 4 * channels + 4 * channels * channels + channels;
   const std::int64_t block = 2 * layernorm + attention + mlp;
-  return std::int64_t{vocab_size} * C + std::int64_t{n_positions} * C + n_layer * block + layernorm;
+  return std::int64_t{vocab_size} * channels + std::int64_t{n_positions} * channels +
+         n_layer * block + layernorm;
 }
 
 }  // namespace ladder

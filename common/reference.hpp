@@ -32,7 +32,8 @@ void embedding(const std::int32_t* tokens, const std::int32_t* positions, const 
 void layernorm(const float* x, const float* weight, const float* bias, float* out, int rows, int C,
                float eps);
 
-/// out[r, o] = bias[o] + sum_i x[r, i] * weight[i, o]; weight is [in, out] (Conv1D); bias may be null.
+/// out[r, o] = bias[o] + sum_i x[r, i] * weight[i, o], with weight [in, out] (GPT-2's Conv1D
+/// layout); a null bias counts as zero.
 void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
             int in_features, int out_features);
 
@@ -103,9 +104,9 @@ class Model {
 /// max_new_tokens steps).
 struct Generation {
   int batch = 0;
-  int steps = 0;                      ///< new tokens per row actually generated
-  std::vector<std::int32_t> tokens;   ///< [batch, steps] generated ids
-  std::vector<float> logits;          ///< [steps, batch, V] when requested, else empty
+  int steps = 0;                     ///< new tokens per row actually generated
+  std::vector<std::int32_t> tokens;  ///< [batch, steps] generated ids
+  std::vector<float> logits;         ///< [steps, batch, V] when requested, else empty
 };
 
 /// Prompts are `batch` rows of equal length. Rows are independent and computed on
@@ -113,8 +114,9 @@ struct Generation {
 /// never fed back, so prompt length + max_new_tokens - 1 must not exceed n_positions.
 /// Throws std::invalid_argument on empty or ragged prompts, ids outside the
 /// vocabulary or a request longer than the context.
-Generation generate(const Gpt2Weights& weights, const std::vector<std::vector<std::int32_t>>& prompts,
-                    int max_new_tokens, int eos_token_id, bool keep_logits);
+Generation generate(const Gpt2Weights& weights,
+                    const std::vector<std::vector<std::int32_t>>& prompts, int max_new_tokens,
+                    int eos_token_id, bool keep_logits);
 
 /// Relative error used by every logits comparison: max |a - ref| / max |ref| over n values
 /// (max |a - ref| when ref is all zeros). Any NaN or infinity in either input gives +inf,

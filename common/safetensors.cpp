@@ -63,7 +63,9 @@ float half_to_float(std::uint16_t half) {
 }
 
 // bfloat16 is the top half of a float.
-float bfloat16_to_float(std::uint16_t bfloat) { return float_from_bits(std::uint32_t{bfloat} << 16); }
+float bfloat16_to_float(std::uint16_t bfloat) {
+  return float_from_bits(std::uint32_t{bfloat} << 16);
+}
 
 std::uint64_t read_unsigned(const nlohmann::json& value, const std::string& what) {
   if (!value.is_number_unsigned())
@@ -87,7 +89,8 @@ TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry,
     throw std::runtime_error(where + "unknown dtype \"" + info.dtype + "\"");
 
   const nlohmann::json& shape = entry["shape"];
-  if (!shape.is_array()) throw std::runtime_error(where + "shape must be an array, got " + shape.dump());
+  if (!shape.is_array())
+    throw std::runtime_error(where + "shape must be an array, got " + shape.dump());
   std::uint64_t elements = 1;
   for (const nlohmann::json& dimension : shape) {
     const std::uint64_t size = read_unsigned(dimension, where + "each shape dimension");
@@ -109,14 +112,15 @@ TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry,
   const std::uint64_t expected_bytes = elements * info.bytes_per_element;
   if (info.data_end - info.data_begin != expected_bytes)
     throw std::runtime_error(where + "data_offsets " + offsets.dump() + " span " +
-                             std::to_string(info.data_end - info.data_begin) + " bytes, but shape " +
-                             shape.dump() + " of " + info.dtype + " needs " +
+                             std::to_string(info.data_end - info.data_begin) +
+                             " bytes, but shape " + shape.dump() + " of " + info.dtype + " needs " +
                              std::to_string(expected_bytes));
   return info;
 }
 
 void require_no_overlap(const std::map<std::string, TensorInfo>& tensors) {
   std::vector<std::pair<const std::string*, const TensorInfo*>> by_offset;
+  by_offset.reserve(tensors.size());
   for (const auto& [name, info] : tensors) by_offset.emplace_back(&name, &info);
   std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
     return a.second->data_begin < b.second->data_begin;
@@ -143,7 +147,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (!file) throw std::runtime_error(path + ": cannot open the safetensors file");
   std::error_code size_error;
   const std::uint64_t file_bytes = std::filesystem::file_size(path, size_error);
-  if (size_error) throw std::runtime_error(path + ": cannot read the file size: " + size_error.message());
+  if (size_error)
+    throw std::runtime_error(path + ": cannot read the file size: " + size_error.message());
 
   const std::string where = path + ": ";
   if (file_bytes < 8)
@@ -218,7 +223,8 @@ void SafetensorsFile::read_as_float(const std::string& name, float* destination)
   file.seekg(static_cast<std::streamoff>(data_section_start_ + tensor.data_begin));
 
   const auto elements = static_cast<std::size_t>(tensor.element_count());
-  std::vector<unsigned char> staging(std::min(elements, elements_per_chunk) * tensor.bytes_per_element);
+  std::vector<unsigned char> staging(std::min(elements, elements_per_chunk) *
+                                     tensor.bytes_per_element);
   for (std::size_t first = 0; first < elements; first += elements_per_chunk) {
     const std::size_t count = std::min(elements_per_chunk, elements - first);
     if (!file.read(reinterpret_cast<char*>(staging.data()),
@@ -227,9 +233,11 @@ void SafetensorsFile::read_as_float(const std::string& name, float* destination)
     const unsigned char* bytes = staging.data();
     float* out = destination + first;
     if (tensor.dtype == "F32") {
-      for (std::size_t i = 0; i < count; ++i) out[i] = float_from_bits(load_little_endian_32(bytes + 4 * i));
+      for (std::size_t i = 0; i < count; ++i)
+        out[i] = float_from_bits(load_little_endian_32(bytes + 4 * i));
     } else if (tensor.dtype == "F16") {
-      for (std::size_t i = 0; i < count; ++i) out[i] = half_to_float(load_little_endian_16(bytes + 2 * i));
+      for (std::size_t i = 0; i < count; ++i)
+        out[i] = half_to_float(load_little_endian_16(bytes + 2 * i));
     } else {
       for (std::size_t i = 0; i < count; ++i)
         out[i] = bfloat16_to_float(load_little_endian_16(bytes + 2 * i));

@@ -24,7 +24,7 @@ namespace ladder {
 
 /// One tensor's entry in a safetensors header.
 struct TensorInfo {
-  std::string dtype;                ///< as written in the file: "F32", "F16", "BF16", "I64", ...
+  std::string dtype;  ///< as written in the file: "F32", "F16", "BF16", "I64", ...
   std::size_t bytes_per_element = 0;
   std::vector<std::int64_t> shape;  ///< empty for a scalar
   std::uint64_t data_begin = 0;     ///< byte offset of the first byte, from the data section start

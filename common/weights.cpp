@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
@@ -49,11 +50,11 @@ constexpr double initializer_std = 0.02;
 enum class Initializer { normal, residual_normal, ones, zeros };
 
 // One tensor of a transformer block: its Hugging Face name after "h.{i}.", where its
-// offset is kept, its shape in units of C, and how it is initialised.
+// offset is kept, its shape in units of n_embd, and how it is initialised.
 struct BlockTensor {
   const char* name;
   std::size_t LayerOffsets::*offset;
-  std::vector<int> shape_in_units_of_C;
+  std::vector<int> shape_in_units_of_n_embd;
   Initializer initializer;
 };
 
@@ -78,7 +79,8 @@ const std::vector<BlockTensor>& block_tensors() {
 
 std::vector<std::int64_t> block_tensor_shape(const BlockTensor& tensor, const Gpt2Config& config) {
   std::vector<std::int64_t> shape;
-  for (const int units : tensor.shape_in_units_of_C) shape.push_back(std::int64_t{units} * config.n_embd);
+  for (const int units : tensor.shape_in_units_of_n_embd)
+    shape.push_back(std::int64_t{units} * config.n_embd);
   return shape;
 }
 
@@ -98,20 +100,23 @@ struct ParameterTensor {
 
 std::vector<ParameterTensor> parameter_tensors(const Gpt2Config& config,
                                                const ParameterLayout& layout) {
-  const std::int64_t C = config.n_embd;
+  const std::int64_t channels = config.n_embd;
   std::vector<ParameterTensor> tensors;
-  tensors.push_back({"wte.weight", {config.vocab_size, C}, layout.token_embedding, Initializer::normal});
-  tensors.push_back({"wpe.weight", {config.n_positions, C}, layout.position_embedding, Initializer::normal});
+  tensors.push_back(
+      {"wte.weight", {config.vocab_size, channels}, layout.token_embedding, Initializer::normal});
+  tensors.push_back({"wpe.weight",
+                     {config.n_positions, channels},
+                     layout.position_embedding,
+                     Initializer::normal});
   for (int layer = 0; layer < config.n_layer; ++layer) {
     for (const BlockTensor& tensor : block_tensors()) {
-      tensors.push_back({"h." + std::to_string(layer) + "." + tensor.name,
-                         block_tensor_shape(tensor, config),
-                         layout.layers[static_cast<std::size_t>(layer)].*tensor.offset,
-                         tensor.initializer});
+      tensors.push_back(
+          {"h." + std::to_string(layer) + "." + tensor.name, block_tensor_shape(tensor, config),
+           layout.layers[static_cast<std::size_t>(layer)].*tensor.offset, tensor.initializer});
     }
   }
-  tensors.push_back({"ln_f.weight", {C}, layout.ln_f_weight, Initializer::ones});
-  tensors.push_back({"ln_f.bias", {C}, layout.ln_f_bias, Initializer::zeros});
+  tensors.push_back({"ln_f.weight", {channels}, layout.ln_f_weight, Initializer::ones});
+  tensors.push_back({"ln_f.bias", {channels}, layout.ln_f_bias, Initializer::zeros});
   return tensors;
 }
 
@@ -137,11 +142,11 @@ void fill_normal(float* tensor, std::uint64_t key, double std_dev, std::size_t f
     const double radius = std::sqrt(-2.0 * std::log(u1));
     const double angle = two_pi * u2;
     if (element % 2 == 0) {
-      tensor[element] = static_cast<float>(std_dev * radius * std::cos(angle));
+      tensor[element] = static_cast<float>(std_dev * (radius * std::cos(angle)));
       ++element;
     }
     if (element < end && element % 2 == 1) {
-      tensor[element] = static_cast<float>(std_dev * radius * std::sin(angle));
+      tensor[element] = static_cast<float>(std_dev * (radius * std::sin(angle)));
       ++element;
     }
   }
@@ -180,28 +185,38 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return text + "]";
 }
 
+// The i of "h.{i}.<name>" (with or without "transformer."), or -1 for tensors outside
+// the blocks. An index too long for an int counts as INT_MAX: beyond any config.
+int block_index(const std::string& stored_name) {
+  const std::string prefix = "transformer.";
+  const std::size_t start = (stored_name.rfind(prefix, 0) == 0 ? prefix.size() : 0) + 2;
+  if (stored_name.compare(start - 2, 2, "h.") != 0) return -1;
+  const std::size_t dot = stored_name.find('.', start);
+  if (dot == std::string::npos || dot == start) return -1;
+  const std::string digits = stored_name.substr(start, dot - start);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return digits.size() > 9 ? INT_MAX : std::stoi(digits);
+}
+
 // A checkpoint with more blocks than config.json says is a mismatched pair of files;
 // loading its first n_layer blocks would silently run a different model.
 void require_no_extra_layers(const SafetensorsFile& file, int n_layer) {
-  for (const std::string& stored_name : file.names()) {
-    std::string name = stored_name;
-    if (name.rfind("transformer.", 0) == 0) name.erase(0, std::string("transformer.").size());
-    if (name.rfind("h.", 0) != 0) continue;
-    const std::size_t dot = name.find('.', 2);
-    const std::string index = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
-    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (std::stoll(index) >= n_layer)
-      throw std::runtime_error(file.path() + ": tensor \"" + stored_name + "\" belongs to layer " +
-                               index + ", but config.json says n_layer = " +
-                               std::to_string(n_layer) + " (config and weights do not match)");
-  }
+  const std::vector<std::string> names = file.names();
+  const auto extra = std::find_if(names.begin(), names.end(), [&](const std::string& name) {
+    return block_index(name) >= n_layer;
+  });
+  if (extra != names.end())
+    throw std::runtime_error(file.path() + ": tensor \"" + *extra + "\" belongs to layer " +
+                             std::to_string(block_index(*extra)) +
+                             ", but config.json says n_layer = " + std::to_string(n_layer) +
+                             " (config and weights do not match)");
 }
 
 }  // namespace
 
 ParameterLayout ParameterLayout::for_config(const Gpt2Config& config) {
   config.validate();
-  const auto C = static_cast<std::size_t>(config.n_embd);
+  const auto channels = static_cast<std::size_t>(config.n_embd);
   std::size_t next = 0;
   auto place = [&next](std::size_t count) {
     const std::size_t offset = next;
@@ -210,16 +225,16 @@ ParameterLayout ParameterLayout::for_config(const Gpt2Config& config) {
   };
 
   ParameterLayout layout;
-  layout.token_embedding = place(static_cast<std::size_t>(config.vocab_size) * C);
-  layout.position_embedding = place(static_cast<std::size_t>(config.n_positions) * C);
+  layout.token_embedding = place(static_cast<std::size_t>(config.vocab_size) * channels);
+  layout.position_embedding = place(static_cast<std::size_t>(config.n_positions) * channels);
   for (int layer = 0; layer < config.n_layer; ++layer) {
     LayerOffsets offsets{};
     for (const BlockTensor& tensor : block_tensors())
       offsets.*tensor.offset = place(element_count(block_tensor_shape(tensor, config)));
     layout.layers.push_back(offsets);
   }
-  layout.ln_f_weight = place(C);
-  layout.ln_f_bias = place(C);
+  layout.ln_f_weight = place(channels);
+  layout.ln_f_bias = place(channels);
   layout.total = next;
   return layout;
 }
@@ -239,15 +254,19 @@ Gpt2Weights random_gpt2_weights(const Gpt2Config& config, std::uint64_t seed) {
     float* values = weights.at(tensor.offset);
     const std::size_t count = element_count(tensor.shape);
     switch (tensor.initializer) {
-      case Initializer::ones: std::fill(values, values + count, 1.0f); break;
-      case Initializer::zeros: break;  // the array starts zeroed
+      case Initializer::ones:
+        std::fill(values, values + count, 1.0f);
+        break;
+      case Initializer::zeros:
+        break;  // the array starts zeroed
       case Initializer::normal:
       case Initializer::residual_normal: {
         const std::uint64_t key = mix(mix(seed) ^ index);
         const double std_dev =
             tensor.initializer == Initializer::normal ? initializer_std : residual_std;
         for (std::size_t first = 0; first < count; first += elements_per_chunk)
-          chunks.push_back({values, key, std_dev, first, std::min(elements_per_chunk, count - first)});
+          chunks.push_back(
+              {values, key, std_dev, first, std::min(elements_per_chunk, count - first)});
         break;
       }
     }
@@ -270,8 +289,8 @@ Gpt2Weights load_gpt2_checkpoint(const std::string& directory) {
     const std::string prefixed = "transformer." + tensor.name;
     const std::string& stored = file.contains(tensor.name) ? tensor.name : prefixed;
     if (!file.contains(stored))
-      throw std::runtime_error(file.path() + ": missing tensor \"" + tensor.name + "\" (also looked for \"" +
-                               prefixed + "\")");
+      throw std::runtime_error(file.path() + ": missing tensor \"" + tensor.name +
+                               "\" (also looked for \"" + prefixed + "\")");
     const TensorInfo& info = file.info(stored);
     if (info.shape != tensor.shape)
       throw std::runtime_error(file.path() + ": tensor \"" + stored + "\" has shape " +
