@@ -42,7 +42,8 @@ __device__ __forceinline__ PackedFloats<kWidth> load_packed(const float* row, st
 }
 
 template <int kWidth>
-__device__ __forceinline__ void store_packed(float* row, std::size_t index, const PackedFloats<kWidth>& pack) {
+__device__ __forceinline__ void store_packed(float* row, std::size_t index,
+                                             const PackedFloats<kWidth>& pack) {
   reinterpret_cast<PackedFloats<kWidth>*>(row)[index] = pack;
 }
 

@@ -24,7 +24,8 @@ inline void require(bool condition, const char* launcher, const char* problem) {
 }
 
 inline void require_positive(const char* launcher, const char* name, long long value) {
-  if (value <= 0) fail(launcher, std::string(name) + " must be > 0 (got " + std::to_string(value) + ")");
+  if (value <= 0)
+    fail(launcher, std::string(name) + " must be > 0 (got " + std::to_string(value) + ")");
 }
 
 inline void require_not_null(const char* launcher, const char* name, const void* pointer) {

@@ -41,7 +41,7 @@ class NaiveDecoder final : public ladder::Decoder {
         eos_token_id_(options.eos_token_id),
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::kCublasWorkspaceBytes, stream_.get()),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
         cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
                 options.allow_tf32) {}
 
@@ -71,10 +71,10 @@ class NaiveDecoder final : public ladder::Decoder {
       // The whole forward pass over all B x T tokens, for the last position's logits.
       DeviceBuffer step_logits = forward(sequence.as<std::int32_t>(), B, T);
       DeviceBuffer next_tokens = allocate<std::int32_t>(B);
-      ladder::launch_argmax_step(step_logits.as<float>(), B, config_.vocab_size, eos_token_id_,
-                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
-                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(),
-                                 max_new_tokens, steps, stream);
+      ladder::launch_argmax_step(step_logits.as<float>(), next_tokens.as<std::int32_t>(),
+                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
+                                 generated.as<std::int32_t>(), B, config_.vocab_size, steps,
+                                 max_new_tokens, eos_token_id_, stream);
       logits.record(step_logits.as<float>(), B, config_.vocab_size, stream);
 
       // Append the new column as torch.cat does: a new [B, T + 1] buffer, the old copied in.
@@ -120,7 +120,7 @@ class NaiveDecoder final : public ladder::Decoder {
 
     DeviceBuffer hidden = allocate<float>(static_cast<std::size_t>(rows) * C);
     ladder::launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(),
-                                      hidden.as<float>(), B, T, C, stream);
+                                      hidden.as<float>(), B, T, /*first_position=*/0, C, stream);
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
       const ladder::DeviceLayer layer = model_.layer(layer_index);
       {
@@ -137,8 +137,7 @@ class NaiveDecoder final : public ladder::Decoder {
         DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
         linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
                projected.as<float>(), rows, C, C);
-        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(),
-                                    static_cast<std::size_t>(rows) * C, stream);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
       }
       {
         ladder::NvtxRange range("mlp block");
@@ -148,13 +147,11 @@ class NaiveDecoder final : public ladder::Decoder {
         DeviceBuffer expanded = allocate<float>(static_cast<std::size_t>(rows) * 4 * C);
         linear(normed.as<float>(), layer.fc_weight, layer.fc_bias, expanded.as<float>(), rows, C,
                4 * C);
-        ladder::launch_gelu(expanded.as<float>(), expanded.as<float>(),
-                            static_cast<std::size_t>(rows) * 4 * C, stream);
+        ladder::launch_gelu(expanded.as<float>(), expanded.as<float>(), rows, 4 * C, stream);
         DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
         linear(expanded.as<float>(), layer.mlp_proj_weight, layer.mlp_proj_bias,
                projected.as<float>(), rows, 4 * C, C);
-        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(),
-                                    static_cast<std::size_t>(rows) * C, stream);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
       }
     }
 

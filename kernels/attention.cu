@@ -1,0 +1,314 @@
+// kernels/attention.cu - causal self-attention (whole sequences) and decode attention
+// (one query against the KV cache), both with an online softmax; plus the KV append.
+//
+// Notation and layouts: see attention.cuh. The common core is attend_chunk(): a warp
+// takes 32 key positions at a time, one per lane. Each lane computes its key's score
+// q.k / sqrt(D); the warp updates its running maximum m and running sum l of
+// exp(score - m) and rescales what it has accumulated so far by exp(m_old - m_new);
+// then the 32 probabilities are broadcast one by one (register shuffles) while every
+// lane accumulates p * v for its own dimensions d = lane, lane + 32, ... of the
+// head. At the end out = accumulated / l. This is the softmax of the reference, only
+// computed in one pass; no score matrix is stored.
+#include "kernels/attention.cuh"
+
+#include <cmath>
+
+#include "common/cuda_check.hpp"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+
+namespace ladder {
+
+namespace {
+
+constexpr int kDimsPerLane = kMaxHeadDim / kWarpSize;
+static_assert(kMaxHeadDim % kWarpSize == 0, "a head row is split evenly over the lanes");
+
+constexpr int kCausalWarpsPerBlock = 4;  // four consecutive queries of one (b, h)
+constexpr int kCausalThreads = kCausalWarpsPerBlock * kWarpSize;
+constexpr int kDecodeWarpsPerBlock = 8;  // the warps of one (b, h) split the positions
+constexpr int kDecodeThreads = kDecodeWarpsPerBlock * kWarpSize;
+constexpr int kAppendThreads = 256;
+
+/// What one warp has accumulated over the key positions it has seen so far.
+struct OnlineSoftmax {
+  float running_max = -INFINITY;  ///< m: the largest score so far
+  float running_sum = 0.0f;       ///< l: sum of exp(score - m)
+  /// sum of exp(score - m) * v[d] for this lane's dimensions d = lane + 32 * i.
+  float weighted_values[kDimsPerLane] = {};
+};
+
+// score = query . key for one lane's key row; query is already scaled by 1 / sqrt(D)
+// and lives in shared memory. kWidth independent partial sums keep the FMA chains short.
+template <int kWidth>
+__device__ __forceinline__ float dot_with_query(const float* query, const float* key, int D) {
+  float partial[kWidth] = {};
+#pragma unroll 2  // deeper unrolling only adds registers (and spilled on sm_80)
+  for (int i = 0; i < D / kWidth; ++i) {
+    const PackedFloats<kWidth> q = load_packed<kWidth>(query, i);
+    const PackedFloats<kWidth> k = load_packed<kWidth>(key, i);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) partial[j] += q.values[j] * k.values[j];
+  }
+  float dot = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kWidth; ++j) dot += partial[j];
+  return dot;
+}
+
+// Folds key positions first .. first + count - 1 (count <= 32, the same on every lane)
+// into the warp's state. Position s of this (b, h) has its key at keys + s * row_stride
+// and its value at values + s * row_stride.
+template <int kWidth>
+__device__ __forceinline__ void attend_chunk(const float* query, const float* keys,
+                                             const float* values, std::size_t row_stride, int first,
+                                             int count, int D, int lane, OnlineSoftmax& state) {
+  const bool has_key = lane < count;
+  const float score =
+      has_key ? dot_with_query<kWidth>(
+                    query, keys + static_cast<std::size_t>(first + lane) * row_stride, D)
+              : -INFINITY;
+  // count >= 1, so lane 0 holds a real score and new_max is finite.
+  const float new_max = fmaxf(state.running_max, warp_max(score));
+  const float probability = has_key ? expf(score - new_max) : 0.0f;
+  const float rescale = expf(state.running_max - new_max);  // 0 on the first chunk (m = -inf)
+  state.running_sum = state.running_sum * rescale + warp_sum(probability);
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) state.weighted_values[i] *= rescale;
+  for (int j = 0; j < count; ++j) {
+    const float p = __shfl_sync(kFullWarpMask, probability, j);
+    const float* value = values + static_cast<std::size_t>(first + j) * row_stride;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < D) state.weighted_values[i] += p * value[d];
+    }
+  }
+  state.running_max = new_max;
+}
+
+// Math:   out[b, t, h*D + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s[d], with
+//         q_t, k_s, v_s the head-h slices of qkv rows (b, t) and (b, s).
+// Shapes: qkv [B, T, 3C], out [B, T, C]; D = C / H <= kMaxHeadDim, D % kWidth == 0.
+// Grid:   one warp per (b, h, t), enumerated with t fastest: warp w of block x serves
+//         query index i = x * kCausalWarpsPerBlock + w, t = i % T, h = (i / T) % H,
+//         b = i / (T * H); a block's four queries are consecutive t of the same (b, h)
+//         (except across a row boundary), so they share keys and values through L1.
+//         The warp walks positions 0 .. t in chunks of 32.
+template <int kWidth>
+__global__ void causal_attention_kernel(const float* qkv, float* out, int B, int T, int H, int C) {
+  __shared__ __align__(16) float query_shared[kCausalWarpsPerBlock][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int query_index = blockIdx.x * kCausalWarpsPerBlock + warp;
+  if (query_index >= B * H * T) return;  // whole warps leave; only warp-level sync follows
+  const int t = query_index % T;
+  const int h = (query_index / T) % H;
+  const int b = query_index / (T * H);
+  const int D = C / H;
+  const std::size_t row_stride = 3 * static_cast<std::size_t>(C);
+  const float* sequence = qkv + static_cast<std::size_t>(b) * T * row_stride;
+
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  float* query = query_shared[warp];
+  const float* query_row = sequence + static_cast<std::size_t>(t) * row_stride + h * D;
+  for (int d = lane; d < D; d += kWarpSize) query[d] = query_row[d] * scale;
+  __syncwarp();
+
+  OnlineSoftmax state;
+  const float* keys = sequence + C + h * D;
+  const float* values = sequence + 2 * C + h * D;
+  for (int first = 0; first <= t; first += kWarpSize)
+    attend_chunk<kWidth>(query, keys, values, row_stride, first, min(kWarpSize, t + 1 - first), D,
+                         lane, state);
+
+  float* out_row = out + (static_cast<std::size_t>(b) * T + t) * C + h * D;
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + i * kWarpSize;
+    if (d < D) out_row[d] = state.weighted_values[i] / state.running_sum;
+  }
+}
+
+// Math:   out[b, h*D + d] = sum_{s < L} softmax_s(q_b . k_s / sqrt(D)) v_s[d], with
+//         k_s = keys[b, h, s, :], v_s = values[b, h, s, :] and q_b the head-h slice of
+//         row b of q (rows q_row_stride floats apart).
+// Shapes: q [B, >= C] with row stride q_row_stride, keys, values [B, H, capacity, D],
+//         out [B, C]; D = C / H <= kMaxHeadDim, D % kWidth == 0.
+// Grid:   one block per (b, h): block x serves b = x / H, h = x % H. Warp w takes the
+//         chunks of 32 positions starting at 32 w, 32 (w + 8), ...; the eight partial
+//         states (m_w, l_w, acc_w) are then merged through shared memory in a fixed
+//         order: out = sum_w exp(m_w - M) acc_w / sum_w exp(m_w - M) l_w, M = max_w m_w.
+template <int kWidth>
+__global__ void decode_attention_kernel(const float* q, int q_row_stride, const float* keys,
+                                        const float* values, float* out, int L, int capacity, int H,
+                                        int C) {
+  __shared__ __align__(16) float query[kMaxHeadDim];
+  __shared__ float partial_max[kDecodeWarpsPerBlock];
+  __shared__ float partial_sum[kDecodeWarpsPerBlock];
+  __shared__ float partial_values[kDecodeWarpsPerBlock][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int b = blockIdx.x / H;
+  const int h = blockIdx.x % H;
+  const int D = C / H;
+
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const float* query_row = q + static_cast<std::size_t>(b) * q_row_stride + h * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) query[d] = query_row[d] * scale;
+  __syncthreads();
+
+  const std::size_t head_offset = (static_cast<std::size_t>(b) * H + h) * capacity * D;
+  OnlineSoftmax state;
+  for (int first = warp * kWarpSize; first < L; first += kDecodeWarpsPerBlock * kWarpSize)
+    attend_chunk<kWidth>(query, keys + head_offset, values + head_offset,
+                         static_cast<std::size_t>(D), first, min(kWarpSize, L - first), D, lane,
+                         state);
+
+  if (lane == 0) {
+    partial_max[warp] = state.running_max;  // -inf for a warp that saw no position
+    partial_sum[warp] = state.running_sum;
+  }
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int d = lane + i * kWarpSize;
+    if (d < D) partial_values[warp][d] = state.weighted_values[i];
+  }
+  __syncthreads();
+
+  float block_max = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarpsPerBlock; ++w) block_max = fmaxf(block_max, partial_max[w]);
+  float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.0f;
+    float value = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarpsPerBlock; ++w) {
+      const float weight = expf(partial_max[w] - block_max);  // 0 for an idle warp
+      sum += partial_sum[w] * weight;
+      value += partial_values[w][d] * weight;
+    }
+    out_row[d] = value / sum;
+  }
+}
+
+// Math:   keys[b, h, position, d] = qkv[b, C + h*D + d];
+//         values[b, h, position, d] = qkv[b, 2C + h*D + d].
+// Shapes: qkv [B, 3C], keys, values [B, H, capacity, D].
+// Grid:   a grid-stride loop over the B * C elements of one step's k (and v);
+//         element i is b = i / C, column c = i % C, i.e. h = c / D, d = c % D.
+__global__ void append_kv_kernel(const float* qkv, float* keys, float* values, int position,
+                                 int capacity, int B, int H, int C) {
+  const int D = C / H;
+  const std::size_t total = static_cast<std::size_t>(B) * C;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int b = static_cast<int>(i / C);
+    const int c = static_cast<int>(i % C);
+    const int h = c / D;
+    const int d = c % D;
+    const float* row = qkv + static_cast<std::size_t>(b) * 3 * C;
+    const std::size_t slot = ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
+    keys[slot] = row[C + c];
+    values[slot] = row[2 * C + c];
+  }
+}
+
+void check_heads(const char* launcher, int H, int C) {
+  launch_checks::require_positive(launcher, "H", H);
+  launch_checks::require_positive(launcher, "C", C);
+  if (C % H != 0)
+    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") must be divisible by H (" +
+                                      std::to_string(H) + ")");
+}
+
+void check_head_size(const char* launcher, int H, int C) {
+  check_heads(launcher, H, C);
+  if (C / H > kMaxHeadDim)
+    launch_checks::fail(launcher, "head size C / H = " + std::to_string(C / H) +
+                                      " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
+}
+
+}  // namespace
+
+void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, int C,
+                             cudaStream_t stream) {
+  constexpr const char* kName = "launch_causal_attention";
+  launch_checks::require_not_null(kName, "qkv", qkv);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "T", T);
+  check_head_size(kName, H, C);
+  const long long queries = static_cast<long long>(B) * H * T;
+  launch_checks::require(queries <= 0x7fffffff, kName, "B * H * T must fit in an int");
+
+  const unsigned int blocks =
+      static_cast<unsigned int>((queries + kCausalWarpsPerBlock - 1) / kCausalWarpsPerBlock);
+  // Packed key reads need every key row 16-byte aligned: D % 4 == 0 (so C % 4 == 0 too).
+  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(qkv);
+  if (packed) {
+    causal_attention_kernel<4><<<blocks, kCausalThreads, 0, stream>>>(qkv, out, B, T, H, C);
+  } else {
+    causal_attention_kernel<1><<<blocks, kCausalThreads, 0, stream>>>(qkv, out, B, T, H, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_decode_attention(const float* q, int q_row_stride, const float* keys,
+                             const float* values, float* out, int B, int L, int capacity, int H,
+                             int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_decode_attention";
+  launch_checks::require_not_null(kName, "q", q);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "L", L);
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_head_size(kName, H, C);
+  if (L > capacity)
+    launch_checks::fail(
+        kName, "L (" + std::to_string(L) + ") exceeds capacity (" + std::to_string(capacity) + ")");
+  if (q_row_stride < C)
+    launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
+                                   ") must be >= C (" + std::to_string(C) + ")");
+  const long long heads = static_cast<long long>(B) * H;
+  launch_checks::require(heads <= 0x7fffffff, kName, "B * H must fit in an int");
+
+  const unsigned int blocks = static_cast<unsigned int>(heads);
+  // Packed key reads need every key row 16-byte aligned; q is read element by element.
+  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
+                      launch_checks::is_16_byte_aligned(values);
+  if (packed) {
+    decode_attention_kernel<4><<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values,
+                                                                      out, L, capacity, H, C);
+  } else {
+    decode_attention_kernel<1><<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values,
+                                                                      out, L, capacity, H, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_append_kv(const float* qkv, float* keys, float* values, int position, int capacity,
+                      int B, int H, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_append_kv";
+  launch_checks::require_not_null(kName, "qkv", qkv);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_heads(kName, H, C);
+  if (position < 0 || position >= capacity)
+    launch_checks::fail(kName, "position (" + std::to_string(position) + ") must lie in [0, " +
+                                   std::to_string(capacity) + ")");
+
+  const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kAppendThreads);
+  append_kv_kernel<<<blocks, kAppendThreads, 0, stream>>>(qkv, keys, values, position, capacity, B,
+                                                          H, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ladder

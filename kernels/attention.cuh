@@ -1,0 +1,53 @@
+// kernels/attention.cuh - causal multi-head self-attention, over whole sequences and
+// for one decode step against a KV cache.
+//
+// Notation: B batch rows, T tokens per row, C = n_embd, H heads, D = C / H (head
+// size, at most kMaxHeadDim), L valid cached positions, capacity cached positions
+// allocated. Layouts (fp32, row-major):
+//   qkv     [B, T, 3C]            q, k, v side by side; head h in columns h*D .. h*D+D-1
+//                                 of each third (the output of GPT-2's c_attn)
+//   keys,   [B, H, capacity, D]   the KV cache, Hugging Face's layout; positions
+//   values                        0 .. L-1 are valid
+//   out     [B, T, C] or [B, C]   heads side by side again, ready for c_proj
+// Scores are q.k / sqrt(D), softmax in fp32 with expf, accumulated online (running
+// maximum and sum), so no [T, T] score matrix is ever stored.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace ladder {
+
+/// Largest head size D = C / H the attention kernels accept (one warp holds a row
+/// of D values as D / 32 registers per lane).
+constexpr int kMaxHeadDim = 128;
+
+/// Causal attention over whole sequences: for every b, h and query t,
+///   out[b, t, head h] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s,
+/// q_t, k_s, v_s the head-h slices of qkv rows (b, t) and (b, s).
+/// qkv [B, T, 3C], out [B, T, C]. One warp per (b, h, t).
+/// Throws std::invalid_argument on a null pointer, B, T, H, C <= 0, C not divisible by
+/// H, or D > kMaxHeadDim.
+void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, int C,
+                             cudaStream_t stream);
+
+/// One query per row against the first L cached positions:
+///   out[b, head h] = sum_{s < L} softmax_s(q_b . keys[b, h, s] / sqrt(D)) values[b, h, s].
+/// q is row b at q + b * q_row_stride (q_row_stride = C for a [B, C] buffer, 3C to read
+/// the q third of a [B, 3C] qkv buffer in place); keys, values [B, H, capacity, D];
+/// out [B, C]. One block per (b, h); its warps split the positions and merge at the end.
+/// Throws std::invalid_argument on a null pointer, B, H, C, L <= 0, L > capacity,
+/// q_row_stride < C, C not divisible by H, or D > kMaxHeadDim.
+void launch_decode_attention(const float* q, int q_row_stride, const float* keys,
+                             const float* values, float* out, int B, int L, int capacity, int H,
+                             int C, cudaStream_t stream);
+
+/// Appends one step's keys and values to the cache at `position`:
+///   keys[b, h, position, d]   = qkv[b, C + h*D + d],
+///   values[b, h, position, d] = qkv[b, 2C + h*D + d].
+/// qkv [B, 3C] (the step's c_attn output), keys, values [B, H, capacity, D].
+/// Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0, C not
+/// divisible by H, or position outside [0, capacity).
+void launch_append_kv(const float* qkv, float* keys, float* values, int position, int capacity,
+                      int B, int H, int C, cudaStream_t stream);
+
+}  // namespace ladder

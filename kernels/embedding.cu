@@ -1,0 +1,103 @@
+// kernels/embedding.cu - token embedding + position embedding, one thread per packed
+// group of columns.
+//
+// The operation reads two rows and writes one: pure memory traffic. The kernel
+// therefore only makes sure that the accesses are coalesced (consecutive threads
+// read consecutive columns of the same row) and 16 bytes wide where the shapes allow.
+#include "kernels/embedding.cuh"
+
+#include "common/cuda_check.hpp"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+
+namespace ladder {
+
+namespace {
+
+constexpr int kEmbeddingThreads = 256;
+
+// Math:   out[r, c] = wte[tokens[r], c] + wpe[p(r), c], where p(r) = positions[r] when
+//         positions is given, else first_position + r % tokens_per_row (rows are a
+//         [B, T] block flattened, T = tokens_per_row, so r % T is the token's t).
+// Shapes: tokens [rows], positions [rows] or null, wte [V, C], wpe [n_positions, C],
+//         out [rows, C]; C % kWidth == 0.
+// Grid:   a grid-stride loop over the rows * C / kWidth packs of out; pack i is
+//         row i / (C / kWidth), columns kWidth * (i % (C / kWidth)) onwards.
+template <int kWidth>
+__global__ void embedding_kernel(const std::int32_t* tokens, const std::int32_t* positions,
+                                 int first_position, int tokens_per_row, const float* wte,
+                                 const float* wpe, float* out, int rows, int C) {
+  const std::size_t packs_per_row = static_cast<std::size_t>(C / kWidth);
+  const std::size_t total = static_cast<std::size_t>(rows) * packs_per_row;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int row = static_cast<int>(i / packs_per_row);
+    const std::size_t pack = i % packs_per_row;
+    const int token = tokens[row];
+    const int position =
+        positions != nullptr ? positions[row] : first_position + row % tokens_per_row;
+    const PackedFloats<kWidth> token_part =
+        load_packed<kWidth>(wte + static_cast<std::size_t>(token) * C, pack);
+    const PackedFloats<kWidth> position_part =
+        load_packed<kWidth>(wpe + static_cast<std::size_t>(position) * C, pack);
+    PackedFloats<kWidth> sum;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum.values[k] = token_part.values[k] + position_part.values[k];
+    store_packed<kWidth>(out + static_cast<std::size_t>(row) * C, pack, sum);
+  }
+}
+
+// Both launchers end here: one place picks the packed or the scalar path.
+void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* positions,
+                             int first_position, int tokens_per_row, const float* wte,
+                             const float* wpe, float* out, int rows, int C, cudaStream_t stream) {
+  const bool packed = C % 4 == 0 && launch_checks::is_16_byte_aligned(wte) &&
+                      launch_checks::is_16_byte_aligned(wpe) &&
+                      launch_checks::is_16_byte_aligned(out);
+  const int width = packed ? 4 : 1;
+  const std::size_t packs = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C / width);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(packs, kEmbeddingThreads);
+  if (packed) {
+    embedding_kernel<4><<<blocks, kEmbeddingThreads, 0, stream>>>(
+        tokens, positions, first_position, tokens_per_row, wte, wpe, out, rows, C);
+  } else {
+    embedding_kernel<1><<<blocks, kEmbeddingThreads, 0, stream>>>(
+        tokens, positions, first_position, tokens_per_row, wte, wpe, out, rows, C);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_embedding(const std::int32_t* tokens, const std::int32_t* positions, const float* wte,
+                      const float* wpe, float* out, int rows, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_embedding";
+  launch_checks::require_not_null(kName, "tokens", tokens);
+  launch_checks::require_not_null(kName, "positions", positions);
+  launch_checks::require_not_null(kName, "wte", wte);
+  launch_checks::require_not_null(kName, "wpe", wpe);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "rows", rows);
+  launch_checks::require_positive(kName, "C", C);
+  launch_embedding_kernel(tokens, positions, 0, 1, wte, wpe, out, rows, C, stream);
+}
+
+void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, const float* wpe,
+                               float* out, int B, int T, int first_position, int C,
+                               cudaStream_t stream) {
+  constexpr const char* kName = "launch_sequence_embedding";
+  launch_checks::require_not_null(kName, "tokens", tokens);
+  launch_checks::require_not_null(kName, "wte", wte);
+  launch_checks::require_not_null(kName, "wpe", wpe);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "T", T);
+  launch_checks::require_positive(kName, "C", C);
+  launch_checks::require(first_position >= 0, kName, "first_position must be >= 0");
+  launch_checks::require(static_cast<long long>(B) * T <= 0x7fffffff, kName,
+                         "B * T must fit in an int");
+  launch_embedding_kernel(tokens, nullptr, first_position, T, wte, wpe, out, B * T, C, stream);
+}
+
+}  // namespace ladder

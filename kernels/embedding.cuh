@@ -1,0 +1,33 @@
+// kernels/embedding.cuh - GPT-2's input embedding: token embedding plus position embedding.
+//
+//   out[r, :] = wte[token of row r, :] + wpe[position of row r, :]
+//
+// Shapes: wte [V, C] (the token embedding, also the tied LM head), wpe [n_positions, C],
+// out [rows, C], all fp32 row-major; token ids and positions are int32 on the device.
+// Ids and positions are not range-checked on the device: tokens must lie in [0, V) and
+// positions in [0, n_positions).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ladder {
+
+/// Each row has its own position: out[r, :] = wte[tokens[r], :] + wpe[positions[r], :]
+/// for r < rows. tokens and positions are [rows] on the device.
+/// Throws std::invalid_argument on a null pointer or rows, C <= 0.
+void launch_embedding(const std::int32_t* tokens, const std::int32_t* positions, const float* wte,
+                      const float* wpe, float* out, int rows, int C, cudaStream_t stream);
+
+/// A [B, T] block of tokens whose positions follow from their place in the row:
+/// the token at (b, t) sits at position first_position + t, so
+/// out[b * T + t, :] = wte[tokens[b * T + t], :] + wpe[first_position + t, :].
+/// first_position = 0 embeds whole sequences; first_position = L embeds the T new
+/// tokens of each row after L cached ones (T = 1 for one decode step).
+/// Throws std::invalid_argument on a null pointer, B, T, C <= 0 or first_position < 0.
+void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, const float* wpe,
+                               float* out, int B, int T, int first_position, int C,
+                               cudaStream_t stream);
+
+}  // namespace ladder

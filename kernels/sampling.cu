@@ -1,0 +1,125 @@
+// kernels/sampling.cu - greedy step: per-row argmax with torch.argmax's tie rule, EOS
+// bookkeeping, and the all-rows-finished flag.
+//
+// The argmax is a block reduction over (value, index) pairs under one strict total
+// order, so the result does not depend on how the threads split the row: the winner
+// is the largest value, a NaN beats every number, and among equals the smallest index
+// wins. The all-finished flag is a second, one-block kernel on the same stream: it
+// starts only after every row's flag is written, so it cannot race with them.
+#include "kernels/sampling.cuh"
+
+#include <climits>
+#include <cmath>
+
+#include "common/cuda_check.hpp"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+
+namespace ladder {
+
+namespace {
+
+constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxWarps = kArgmaxThreads / kWarpSize;
+constexpr int kAllFinishedThreads = 256;
+
+/// A candidate for the argmax; index INT_MAX with value -inf stands for "no element",
+/// which loses to every real element (a real -inf wins it by its smaller index).
+struct Candidate {
+  float value;
+  int index;
+};
+
+/// True when `a` should be the argmax rather than `b`.
+__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
+  const bool a_nan = isnan(a.value);
+  const bool b_nan = isnan(b.value);
+  if (a_nan != b_nan) return a_nan;
+  if (a_nan || a.value == b.value) return a.index < b.index;
+  return a.value > b.value;
+}
+
+__device__ __forceinline__ Candidate warp_argmax(Candidate candidate) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const Candidate other{__shfl_xor_sync(kFullWarpMask, candidate.value, offset),
+                          __shfl_xor_sync(kFullWarpMask, candidate.index, offset)};
+    if (beats(other, candidate)) candidate = other;
+  }
+  return candidate;
+}
+
+// Math:   token = argmax_v logits[b, v] (order: see beats()); next_tokens[b] = token;
+//         output_tokens[b * max_steps + step] = token;
+//         finished[b] = (finished[b] != 0 || token == eos_id).
+// Shapes: logits [B, V]; next_tokens, finished [B]; output_tokens [B, max_steps].
+// Grid:   one block of kArgmaxThreads per row b = blockIdx.x. Thread i scans columns
+//         i, i + kArgmaxThreads, ... (coalesced), each warp reduces its lanes by
+//         shuffles, and warp 0 reduces the per-warp winners from shared memory.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_step_kernel(const float* logits, int V, std::int32_t* next_tokens,
+                       std::int32_t* finished, std::int32_t* output_tokens, int step, int max_steps,
+                       int eos_id) {
+  __shared__ Candidate warp_winners[kArgmaxWarps];
+  const int b = blockIdx.x;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* row = logits + static_cast<std::size_t>(b) * V;
+
+  Candidate best{-INFINITY, INT_MAX};
+  for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
+    const Candidate current{row[v], v};
+    if (beats(current, best)) best = current;
+  }
+  best = warp_argmax(best);
+  if (lane == 0) warp_winners[warp] = best;
+  __syncthreads();
+  if (warp != 0) return;
+  best = warp_argmax(warp_winners[lane]);  // kArgmaxWarps == kWarpSize: one winner per lane
+  if (lane == 0) {
+    const int token = best.index;
+    next_tokens[b] = token;
+    output_tokens[static_cast<std::size_t>(b) * max_steps + step] = token;
+    finished[b] = (finished[b] != 0 || token == eos_id) ? 1 : 0;
+  }
+}
+static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per lane of one warp");
+
+// Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0.
+// Shapes: finished [B]; all_finished [1].
+// Grid:   one block; thread i checks rows i, i + kAllFinishedThreads, ... and
+//         __syncthreads_and combines the answers.
+__global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished,
+                                    int B) {
+  bool mine = true;
+  for (int b = threadIdx.x; b < B; b += kAllFinishedThreads) mine = mine && finished[b] != 0;
+  const int every_row = __syncthreads_and(mine);
+  if (threadIdx.x == 0) all_finished[0] = every_row != 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, std::int32_t* finished,
+                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
+                        int step, int max_steps, int eos_id, cudaStream_t stream) {
+  constexpr const char* kName = "launch_argmax_step";
+  launch_checks::require_not_null(kName, "logits", logits);
+  launch_checks::require_not_null(kName, "next_tokens", next_tokens);
+  launch_checks::require_not_null(kName, "finished", finished);
+  launch_checks::require_not_null(kName, "all_finished", all_finished);
+  launch_checks::require_not_null(kName, "output_tokens", output_tokens);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "V", V);
+  launch_checks::require_positive(kName, "max_steps", max_steps);
+  if (step < 0 || step >= max_steps)
+    launch_checks::fail(kName, "step (" + std::to_string(step) + ") must lie in [0, " +
+                                   std::to_string(max_steps) + ")");
+
+  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
+      logits, V, next_tokens, finished, output_tokens, step, max_steps, eos_id);
+  CUDA_CHECK_LAUNCH();
+  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ladder

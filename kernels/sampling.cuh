@@ -1,0 +1,30 @@
+// kernels/sampling.cuh - greedy decoding's step on the device: argmax of each row's
+// logits, the row's end-of-sequence bookkeeping, and the "every row finished" flag.
+//
+// Shapes: logits [B, V] fp32; next_tokens, finished [B] int32; all_finished [1] int32;
+// output_tokens [B, max_steps] int32 (row b's token of step s at b * max_steps + s).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ladder {
+
+/// One greedy step for every row b < B:
+///   token = argmax_v logits[b, v]   (ties go to the smallest index, as torch.argmax;
+///                                    a NaN counts as larger than any number, as there)
+///   next_tokens[b] = token;  output_tokens[b, step] = token;
+///   finished[b] = 1 if it was already nonzero or token == eos_id, else 0;
+/// and then all_finished[0] = 1 if every finished[b] is 1, else 0.
+/// finished must be zeroed by the caller before the first step. An eos_id outside
+/// [0, V) never matches: rows then never finish.
+/// Two kernels on `stream`: one block per row for the argmax, then one block that reads
+/// all the flags, so all_finished is race-free and needs no scratch memory.
+/// Throws std::invalid_argument on a null pointer, B, V, max_steps <= 0, or step
+/// outside [0, max_steps).
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, std::int32_t* finished,
+                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
+                        int step, int max_steps, int eos_id, cudaStream_t stream);
+
+}  // namespace ladder

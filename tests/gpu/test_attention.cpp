@@ -1,0 +1,286 @@
+// tests/gpu/test_attention.cpp - kernels/attention (causal attention, decode attention,
+// KV append) against reference::causal_attention and reference::decode_attention.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "kernels/attention.cuh"
+#include "tests/gpu/device_test_helpers.hpp"
+
+namespace ladder {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct HeadShape {
+  int C;
+  int H;
+};
+// D = 64 (one head; GPT-2's twelve), 25 (not a multiple of 4: scalar path), 128 (the
+// largest head size), 32.
+const HeadShape kHeadShapes[] = {{64, 1}, {768, 12}, {100, 4}, {256, 2}, {96, 3}};
+
+// q and k spread so that the softmax is neither flat nor one-hot: the scores
+// q.k / sqrt(D) then have a standard deviation of about 1.3 for every D.
+std::vector<float> random_qkv(std::mt19937& rng, std::size_t rows, int C) {
+  std::vector<float> qkv = test::random_uniform(rng, rows * 3 * C, -2.0f, 2.0f);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int c = 2 * C; c < 3 * C; ++c) qkv[r * 3 * C + c] = value(rng);
+  return qkv;
+}
+
+TEST_CASE("launch_causal_attention matches the reference", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  for (const HeadShape shape : kHeadShapes) {
+    for (const int B : {1, 2}) {
+      for (const int T : {1, 5, 130}) {
+        const int C = shape.C;
+        const int H = shape.H;
+        CAPTURE(B, T, H, C);
+        const std::size_t rows = static_cast<std::size_t>(B) * T;
+        const std::vector<float> qkv = random_qkv(rng, rows, C);
+        const test::DeviceArray<float> qkv_device(qkv);
+        test::DeviceArray<float> out(rows * C);
+        out.poison();
+
+        launch_causal_attention(qkv_device.get(), out.get(), B, T, H, C, stream.get());
+        stream.synchronize();
+
+        std::vector<float> expected(rows * C);
+        reference::causal_attention(qkv.data(), expected.data(), B, T, H, C);
+        CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("launch_decode_attention matches the reference and ignores positions >= L", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  for (const HeadShape shape : kHeadShapes) {
+    for (const int B : {1, 3}) {
+      for (const int L : {1, 33, 257}) {
+        for (const int spare : {0, 7}) {
+          const int C = shape.C;
+          const int H = shape.H;
+          const int D = C / H;
+          const int capacity = L + spare;
+          CAPTURE(B, L, capacity, H, C);
+
+          // The step's qkv [B, 3C]; q is read in place from it (row stride 3C).
+          const std::vector<float> qkv = random_qkv(rng, B, C);
+          std::vector<float> q(static_cast<std::size_t>(B) * C);
+          for (int b = 0; b < B; ++b)
+            for (int c = 0; c < C; ++c)
+              q[static_cast<std::size_t>(b) * C + c] = qkv[static_cast<std::size_t>(b) * 3 * C + c];
+
+          const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
+          const std::vector<float> keys = test::random_uniform(rng, cache_size, -2.0f, 2.0f);
+          const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
+          // On the device, every position >= L holds NaN: reading one poisons the output.
+          std::vector<float> keys_poisoned = keys;
+          std::vector<float> values_poisoned = values;
+          for (std::size_t i = 0; i < cache_size; ++i) {
+            if (static_cast<int>((i / D) % capacity) >= L) {
+              keys_poisoned[i] = std::numeric_limits<float>::quiet_NaN();
+              values_poisoned[i] = std::numeric_limits<float>::quiet_NaN();
+            }
+          }
+          const test::DeviceArray<float> keys_device(keys_poisoned);
+          const test::DeviceArray<float> values_device(values_poisoned);
+
+          std::vector<float> expected(static_cast<std::size_t>(B) * C);
+          reference::decode_attention(q.data(), keys.data(), values.data(), expected.data(), B, L,
+                                      capacity, H, C);
+
+          {  // q read in place from the qkv buffer
+            const test::DeviceArray<float> qkv_device(qkv);
+            test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
+            out.poison();
+            launch_decode_attention(qkv_device.get(), 3 * C, keys_device.get(), values_device.get(),
+                                    out.get(), B, L, capacity, H, C, stream.get());
+            stream.synchronize();
+            CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+          }
+          {  // q from its own [B, C] buffer
+            const test::DeviceArray<float> q_device(q);
+            test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
+            out.poison();
+            launch_decode_attention(q_device.get(), C, keys_device.get(), values_device.get(),
+                                    out.get(), B, L, capacity, H, C, stream.get());
+            stream.synchronize();
+            CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("launch_append_kv writes exactly one position of the cache", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int capacity = 9;
+
+  for (const HeadShape shape : kHeadShapes) {
+    for (const int B : {1, 3}) {
+      for (const int position : {0, 4, capacity - 1}) {
+        const int C = shape.C;
+        const int H = shape.H;
+        const int D = C / H;
+        CAPTURE(B, position, capacity, H, C);
+        const std::vector<float> qkv = random_qkv(rng, B, C);
+        const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
+        const std::vector<float> keys = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
+        const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
+        const test::DeviceArray<float> qkv_device(qkv);
+        test::DeviceArray<float> keys_device(keys);
+        test::DeviceArray<float> values_device(values);
+
+        launch_append_kv(qkv_device.get(), keys_device.get(), values_device.get(), position,
+                         capacity, B, H, C, stream.get());
+        stream.synchronize();
+
+        std::vector<float> expected_keys = keys;
+        std::vector<float> expected_values = values;
+        for (int b = 0; b < B; ++b) {
+          for (int h = 0; h < H; ++h) {
+            for (int d = 0; d < D; ++d) {
+              const std::size_t slot =
+                  ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
+              const std::size_t key_column =
+                  static_cast<std::size_t>(b) * 3 * C + C + static_cast<std::size_t>(h) * D + d;
+              expected_keys[slot] = qkv[key_column];
+              expected_values[slot] = qkv[key_column + C];
+            }
+          }
+        }
+        CHECK(keys_device.download() == expected_keys);
+        CHECK(values_device.download() == expected_values);
+      }
+    }
+  }
+}
+
+// A whole sequence two ways: causal attention at once, and token by token through the
+// cache (append_kv, then decode_attention over positions 0 .. t). Every cache length
+// from 1 to T is exercised, and the two kernels must agree on every output row.
+TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int B = 3;
+  const int T = 70;
+  const int capacity = 80;
+
+  for (const HeadShape shape : kHeadShapes) {
+    const int C = shape.C;
+    const int H = shape.H;
+    const int D = C / H;
+    CAPTURE(H, C);
+    const std::vector<float> qkv = random_qkv(rng, static_cast<std::size_t>(B) * T, C);
+    const test::DeviceArray<float> qkv_device(qkv);
+    test::DeviceArray<float> whole(static_cast<std::size_t>(B) * T * C);
+    whole.poison();
+    launch_causal_attention(qkv_device.get(), whole.get(), B, T, H, C, stream.get());
+    stream.synchronize();
+    const std::vector<float> whole_result = whole.download();
+
+    const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
+    test::DeviceArray<float> keys(cache_size);
+    test::DeviceArray<float> values(cache_size);
+    keys.poison();
+    values.poison();
+    test::DeviceArray<float> step_qkv(static_cast<std::size_t>(B) * 3 * C);
+    test::DeviceArray<float> step_out(static_cast<std::size_t>(B) * C);
+    for (int t = 0; t < T; ++t) {
+      CAPTURE(t);
+      std::vector<float> rows(static_cast<std::size_t>(B) * 3 * C);
+      std::vector<float> expected(static_cast<std::size_t>(B) * C);
+      for (int b = 0; b < B; ++b) {
+        const std::size_t row = static_cast<std::size_t>(b) * T + t;
+        std::copy(qkv.begin() + row * 3 * C, qkv.begin() + (row + 1) * 3 * C,
+                  rows.begin() + static_cast<std::size_t>(b) * 3 * C);
+        std::copy(whole_result.begin() + row * C, whole_result.begin() + (row + 1) * C,
+                  expected.begin() + static_cast<std::size_t>(b) * C);
+      }
+      step_qkv.upload(rows);
+      step_out.poison();
+      launch_append_kv(step_qkv.get(), keys.get(), values.get(), t, capacity, B, H, C,
+                       stream.get());
+      launch_decode_attention(step_qkv.get(), 3 * C, keys.get(), values.get(), step_out.get(), B,
+                              t + 1, capacity, H, C, stream.get());
+      stream.synchronize();
+      REQUIRE(test::checked_relative_error(step_out.download(), expected) <= kTolerance);
+    }
+  }
+}
+
+TEST_CASE("attention launchers reject bad arguments", "[kernels]") {
+  test::DeviceArray<float> buffer(std::size_t{4} * 3 * 64);
+  const float* in = buffer.get();
+  float* out = buffer.get();
+  // causal attention: (qkv, out, B, T, H, C)
+  CHECK_THROWS_AS(launch_causal_attention(in, out, 0, 4, 2, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_causal_attention(in, out, 1, 0, 2, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_causal_attention(in, out, 1, 4, 0, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_causal_attention(in, out, 1, 4, 3, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_causal_attention(in, out, 1, 4, 1, 256, nullptr),
+                  std::invalid_argument);  // D = 256 > kMaxHeadDim
+  CHECK_THROWS_AS(launch_causal_attention(nullptr, out, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_causal_attention(in, nullptr, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  // decode attention: (q, q_row_stride, keys, values, out, B, L, capacity, H, C)
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, out, 0, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, out, 1, 0, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, out, 1, 5, 4, 2, 64, nullptr),
+                  std::invalid_argument);  // L > capacity
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, out, 1, 1, 4, 3, 64, nullptr),
+                  std::invalid_argument);  // C % H != 0
+  CHECK_THROWS_AS(launch_decode_attention(in, 63, in, in, out, 1, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);  // q_row_stride < C
+  CHECK_THROWS_AS(launch_decode_attention(nullptr, 64, in, in, out, 1, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, nullptr, in, out, 1, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, nullptr, out, 1, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, nullptr, 1, 1, 4, 2, 64, nullptr),
+                  std::invalid_argument);
+  // append: (qkv, keys, values, position, capacity, B, H, C)
+  CHECK_THROWS_AS(launch_append_kv(in, out, out, 4, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);  // position == capacity
+  CHECK_THROWS_AS(launch_append_kv(in, out, out, -1, 4, 1, 2, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_append_kv(in, out, out, 0, 4, 0, 2, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_append_kv(in, out, out, 0, 4, 1, 3, 64, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_append_kv(nullptr, out, out, 0, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_append_kv(in, nullptr, out, 0, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_append_kv(in, out, nullptr, 0, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ladder

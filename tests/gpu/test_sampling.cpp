@@ -1,0 +1,222 @@
+// tests/gpu/test_sampling.cpp - kernels/sampling (greedy step) against reference::argmax
+// and the repository's stopping rule.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "kernels/sampling.cuh"
+#include "tests/gpu/device_test_helpers.hpp"
+
+namespace ladder {
+namespace {
+
+/// Everything one greedy step reads and writes, on the device.
+struct StepBuffers {
+  StepBuffers(int B, int max_steps)
+      : next_tokens(B),
+        finished(B),
+        all_finished(1),
+        output_tokens(static_cast<std::size_t>(B) * max_steps) {}
+  test::DeviceArray<std::int32_t> next_tokens;
+  test::DeviceArray<std::int32_t> finished;
+  test::DeviceArray<std::int32_t> all_finished;
+  test::DeviceArray<std::int32_t> output_tokens;
+};
+
+/// Logits [B, V] in [-1, 1) whose row b peaks at winners[b] (value 5).
+std::vector<float> logits_with_winners(std::mt19937& rng, int V,
+                                       const std::vector<std::int32_t>& winners) {
+  const std::size_t B = winners.size();
+  std::vector<float> logits = test::random_uniform(rng, B * V, -1.0f, 1.0f);
+  for (std::size_t b = 0; b < B; ++b) logits[b * V + winners[b]] = 5.0f;
+  return logits;
+}
+
+TEST_CASE("launch_argmax_step picks torch.argmax's token, ties to the smallest index",
+          "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int max_steps = 3;
+  const int step = 1;
+  const int eos_id = 11;
+
+  for (const int V : {97, 50257}) {
+    for (const int B : {1, 3, 37}) {
+      CAPTURE(B, V);
+      std::vector<float> logits =
+          test::random_uniform(rng, static_cast<std::size_t>(B) * V, -5.0f, 5.0f);
+      std::vector<std::int32_t> planted(B, -1);  // the expected winner where one is planted
+      for (int b = 0; b < B; ++b) {
+        float* row = logits.data() + static_cast<std::size_t>(b) * V;
+        const int first = test::random_ints(rng, 1, 0, V - 2)[0];
+        const int second = test::random_ints(rng, 1, first + 1, V - 1)[0];
+        switch (b % 5) {
+          case 0:  // a two-way tie for the maximum
+            row[first] = row[second] = 10.0f;
+            planted[b] = first;
+            break;
+          case 1:  // a three-way tie, the first one at index 0
+            row[0] = row[V / 2] = row[V - 1] = 10.0f;
+            planted[b] = 0;
+            break;
+          case 2:  // maximum at the last index
+            row[V - 1] = 10.0f;
+            planted[b] = V - 1;
+            break;
+          case 3:  // ties below the maximum do not matter
+            row[first] = row[second] = 7.0f;
+            row[V / 2] = 8.0f;
+            planted[b] = V / 2;
+            break;
+          default:  // no plant: whatever the random row gives
+            break;
+        }
+      }
+      const test::DeviceArray<float> logits_device(logits);
+      StepBuffers buffers(B, max_steps);
+      buffers.next_tokens.poison();
+      buffers.all_finished.poison();
+      buffers.output_tokens.poison();
+      buffers.finished.upload(std::vector<std::int32_t>(B, 0));
+
+      launch_argmax_step(logits_device.get(), buffers.next_tokens.get(), buffers.finished.get(),
+                         buffers.all_finished.get(), buffers.output_tokens.get(), B, V, step,
+                         max_steps, eos_id, stream.get());
+      stream.synchronize();
+
+      const std::vector<std::int32_t> next_tokens = buffers.next_tokens.download();
+      const std::vector<std::int32_t> finished = buffers.finished.download();
+      const std::vector<std::int32_t> output_tokens = buffers.output_tokens.download();
+      bool every_row_finished = true;
+      for (int b = 0; b < B; ++b) {
+        CAPTURE(b);
+        const int expected = reference::argmax(logits.data() + static_cast<std::size_t>(b) * V, V);
+        if (planted[b] >= 0) REQUIRE(expected == planted[b]);  // the oracle agrees with the plan
+        CHECK(next_tokens[b] == expected);
+        for (int s = 0; s < max_steps; ++s) {
+          const std::int32_t written = output_tokens[static_cast<std::size_t>(b) * max_steps + s];
+          CHECK(written == (s == step ? expected : -1));  // other steps keep the poison
+        }
+        const std::int32_t expected_finished = expected == eos_id ? 1 : 0;
+        CHECK(finished[b] == expected_finished);
+        every_row_finished = every_row_finished && expected_finished == 1;
+      }
+      CHECK(buffers.all_finished.download()[0] == (every_row_finished ? 1 : 0));
+    }
+  }
+}
+
+TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finished last",
+          "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int V = 97;
+  const int eos_id = 13;
+  const int max_steps = 4;
+
+  SECTION("five rows, two of them finished before the first step") {
+    const int B = 5;
+    StepBuffers buffers(B, max_steps);
+    buffers.output_tokens.poison();
+    buffers.finished.upload({1, 0, 0, 0, 1});
+
+    // Step 0: row 0 (finished earlier) emits 5 and stays finished; rows 1 and 3 emit
+    // EOS; row 2 emits 7 and is still running; row 4 (finished earlier) emits EOS again.
+    const test::DeviceArray<float> step_0(
+        logits_with_winners(rng, V, {5, eos_id, 7, eos_id, eos_id}));
+    buffers.all_finished.poison();
+    launch_argmax_step(step_0.get(), buffers.next_tokens.get(), buffers.finished.get(),
+                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
+                       eos_id, stream.get());
+    stream.synchronize();
+    CHECK(buffers.next_tokens.download() ==
+          std::vector<std::int32_t>{5, eos_id, 7, eos_id, eos_id});
+    CHECK(buffers.finished.download() == std::vector<std::int32_t>{1, 1, 0, 1, 1});
+    CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{0});
+
+    // Step 1: row 2 emits EOS; every other row emits something else and stays finished.
+    const test::DeviceArray<float> step_1(logits_with_winners(rng, V, {3, 4, eos_id, 6, 0}));
+    buffers.all_finished.poison();
+    launch_argmax_step(step_1.get(), buffers.next_tokens.get(), buffers.finished.get(),
+                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
+                       eos_id, stream.get());
+    stream.synchronize();
+    CHECK(buffers.next_tokens.download() == std::vector<std::int32_t>{3, 4, eos_id, 6, 0});
+    CHECK(buffers.finished.download() == std::vector<std::int32_t>{1, 1, 1, 1, 1});
+    CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{1});
+
+    // [B, max_steps]: columns 0 and 1 written, columns 2 and 3 still poisoned (-1).
+    CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{5,      3,      -1, -1,  //
+                                                                        eos_id, 4,      -1, -1,  //
+                                                                        7,      eos_id, -1, -1,  //
+                                                                        eos_id, 6,      -1, -1,  //
+                                                                        eos_id, 0,      -1, -1});
+  }
+
+  SECTION("more rows than the flag kernel has threads") {
+    const int B = 1100;
+    StepBuffers buffers(B, max_steps);
+    buffers.finished.upload(std::vector<std::int32_t>(B, 0));
+    std::vector<std::int32_t> winners(B, eos_id);
+    const int straggler = test::random_ints(rng, 1, 0, B - 1)[0];
+    CAPTURE(straggler);
+    winners[straggler] = eos_id + 1;
+
+    const test::DeviceArray<float> step_0(logits_with_winners(rng, V, winners));
+    buffers.all_finished.poison();
+    launch_argmax_step(step_0.get(), buffers.next_tokens.get(), buffers.finished.get(),
+                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
+                       eos_id, stream.get());
+    stream.synchronize();
+    CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{0});
+
+    winners[straggler] = eos_id;
+    const test::DeviceArray<float> step_1(logits_with_winners(rng, V, winners));
+    buffers.all_finished.poison();
+    launch_argmax_step(step_1.get(), buffers.next_tokens.get(), buffers.finished.get(),
+                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
+                       eos_id, stream.get());
+    stream.synchronize();
+    CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{1});
+    CHECK(buffers.finished.download() == std::vector<std::int32_t>(B, 1));
+  }
+}
+
+TEST_CASE("launch_argmax_step rejects bad arguments", "[kernels]") {
+  test::DeviceArray<float> logits(std::size_t{4} * 97);
+  test::DeviceArray<std::int32_t> ints(std::size_t{4} * 8);
+  const float* l = logits.get();
+  std::int32_t* i = ints.get();
+  // (logits, next_tokens, finished, all_finished, output_tokens, B, V, step, max_steps, eos_id)
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 0, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 0, 0, 8, 1, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, 0, 0, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, 8, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, -1, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(nullptr, i, i, i, i, 4, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, 4, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, nullptr, i, i, 4, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, nullptr, i, 4, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, nullptr, 4, 97, 0, 8, 1, nullptr),
+                  std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ladder
