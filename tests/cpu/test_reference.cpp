@@ -25,8 +25,12 @@
 
 #include "common/reference.hpp"
 #include "common/weights.hpp"
+#include "tests/support/golden_data.hpp"
 
 namespace ref = ladder::reference;
+using ladder::testing::expected_stop_steps;
+using ladder::testing::load_golden_json;
+using ladder::testing::load_golden_model;
 using Tokens = std::vector<std::int32_t>;
 
 namespace {
@@ -69,18 +73,6 @@ ladder::Gpt2Weights tiny_random_weights() {
   return weights;
 }
 
-// What the stopping rule predicts from tokens generated without stopping: the step
-// after the last row's first `eos`, or all `steps` when some row never produces it.
-int expected_stop_steps(const std::vector<Tokens>& rows, int eos, int steps) {
-  int stop = 0;
-  for (const Tokens& row : rows) {
-    const auto first = std::find(row.begin(), row.begin() + steps, eos);
-    if (first == row.begin() + steps) return steps;
-    stop = std::max(stop, static_cast<int>(first - row.begin()) + 1);
-  }
-  return stop;
-}
-
 Tokens generated_row(const ref::Generation& generation, int row) {
   const auto start =
       generation.tokens.begin() + static_cast<std::ptrdiff_t>(row) * generation.steps;
@@ -88,29 +80,6 @@ Tokens generated_row(const ref::Generation& generation, int row) {
 }
 
 // ---------------------------------------------------------------- golden data
-
-std::string golden_directory() { return std::string(LADDER_TEST_DATA_DIR) + "/golden_model"; }
-
-void require_golden_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) {
-    FAIL("missing golden data " << path
-                                << ": run `python3 scripts/make_golden_model.py` on a machine with "
-                                   "torch and transformers and commit tests/data/golden_model/");
-  }
-}
-
-nlohmann::json load_golden_json(const std::string& name) {
-  const std::string path = golden_directory() + "/" + name;
-  require_golden_file(path);
-  std::ifstream file(path);
-  return nlohmann::json::parse(file);
-}
-
-ladder::Gpt2Weights load_golden_model() {
-  require_golden_file(golden_directory() + "/config.json");
-  require_golden_file(golden_directory() + "/model.safetensors");
-  return ladder::load_gpt2_checkpoint(golden_directory());
-}
 
 // Hugging Face runs fp32 with fp32 accumulation; the reference accumulates in double.
 constexpr double golden_logits_tolerance = 1e-5;

@@ -1,0 +1,787 @@
+// tests/cpu/test_allocator_policy.cpp - the allocators' block policy, on the CPU.
+//
+// Both allocators take their memory from a source (SegmentSource, PageSource);
+// here the sources are fakes that hand out bare addresses, never memory, so every
+// decision - rounding, pools, best fit, split, merge, per-stream caching, page
+// mapping, the out-of-memory retry and the statistics - is checked without a GPU.
+// Run: cpu_tests "[allocator]"
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/block_pool.hpp"
+#include "common/caching_allocator.hpp"
+#include "common/cuda_check.hpp"
+#include "common/expandable_allocator.hpp"
+#include "tests/support/allocator_checks.hpp"
+
+using namespace ladder;
+using ladder::testing::add_live_block;
+using ladder::testing::check_bookkeeping;
+
+namespace {
+
+constexpr std::size_t gibibytes = 1024 * mebibytes;
+constexpr std::size_t fake_page_bytes = 2 * mebibytes;
+
+// Stream handles are only compared, never used, so any distinct values will do.
+cudaStream_t fake_stream(std::uintptr_t id) {
+  return reinterpret_cast<cudaStream_t>(id);  // NOLINT(performance-no-int-to-ptr)
+}
+
+std::uintptr_t address_of(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+
+// ---------------------------------------------------------------- fakes
+
+// A pretend GPU: what the fake sources have handed out and not yet taken back. It
+// outlives the allocator, so a test can check that teardown returned everything.
+struct FakeDevice {
+  std::size_t total_bytes = 64 * gibibytes;
+  std::size_t held_bytes = 0;
+  std::deque<bool> scripted_answers;  // answers to the next requests; then capacity decides
+  bool always_fail = false;
+  int synchronizations = 0;
+  std::size_t held_bytes_at_last_synchronization = 0;
+  std::map<std::uintptr_t, std::size_t> segments;  // caching: address -> bytes
+  std::map<std::uintptr_t, std::size_t> ranges;    // expandable: address -> bytes
+  std::set<std::uintptr_t> mapped_pages;           // expandable: page addresses
+
+  // Decides whether a request for `bytes` of memory succeeds, as a driver would.
+  bool grant(std::size_t bytes) {
+    if (always_fail) return false;
+    if (!scripted_answers.empty()) {
+      const bool answer = scripted_answers.front();
+      scripted_answers.pop_front();
+      if (!answer) return false;
+    }
+    if (held_bytes + bytes > total_bytes) return false;
+    held_bytes += bytes;
+    return true;
+  }
+  DeviceMemoryInfo memory_info() const { return {total_bytes - held_bytes, total_bytes}; }
+  void record_synchronization() {
+    ++synchronizations;
+    held_bytes_at_last_synchronization = held_bytes;
+  }
+};
+
+// Addresses start high and leave gaps between segments, so a block that ran past
+// its segment would not land in a neighbour by accident.
+constexpr std::uintptr_t first_fake_address = std::uintptr_t{1} << 40;
+constexpr std::size_t gap_between_fake_segments = 64 * mebibytes;
+
+class FakeSegmentSource final : public SegmentSource {
+ public:
+  explicit FakeSegmentSource(FakeDevice& device) : device_(device) {}
+
+  void* allocate_segment(std::size_t bytes) override {
+    if (!device_.grant(bytes)) return nullptr;
+    const std::uintptr_t address = next_address_;
+    next_address_ += round_up(bytes, fake_page_bytes) + gap_between_fake_segments;
+    device_.segments.emplace(address, bytes);
+    return as_pointer(address);
+  }
+  void free_segment(void* address, std::size_t bytes) override {
+    const auto segment = device_.segments.find(address_of(address));
+    if (segment == device_.segments.end() || segment->second != bytes)
+      throw std::logic_error("fake: free_segment of something never allocated");
+    device_.held_bytes -= bytes;
+    device_.segments.erase(segment);
+  }
+  void synchronize() override { device_.record_synchronization(); }
+  DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
+
+ private:
+  FakeDevice& device_;
+  std::uintptr_t next_address_ = first_fake_address;
+};
+
+class FakePageSource final : public PageSource {
+ public:
+  explicit FakePageSource(FakeDevice& device) : device_(device) {}
+
+  std::size_t page_bytes() const override { return fake_page_bytes; }
+  std::uintptr_t reserve_range(std::size_t bytes) override {
+    if (bytes % fake_page_bytes != 0) throw std::logic_error("fake: range not whole pages");
+    const std::uintptr_t address = next_address_;
+    next_address_ += bytes + gap_between_fake_segments;
+    device_.ranges.emplace(address, bytes);
+    return address;
+  }
+  void free_range(std::uintptr_t address, std::size_t bytes) override {
+    const auto range = device_.ranges.find(address);
+    if (range == device_.ranges.end() || range->second != bytes)
+      throw std::logic_error("fake: free_range of something never reserved");
+    const auto mapped = device_.mapped_pages.lower_bound(address);
+    if (mapped != device_.mapped_pages.end() && *mapped < address + bytes)
+      throw std::logic_error("fake: free_range while pages are still mapped");
+    device_.ranges.erase(range);
+  }
+  bool map_pages(std::uintptr_t address, std::size_t page_count) override {
+    for (std::size_t page = 0; page < page_count; ++page) {
+      const std::uintptr_t page_address = address + page * fake_page_bytes;
+      if (device_.mapped_pages.count(page_address) != 0 || !inside_a_range(page_address))
+        throw std::logic_error("fake: page mapped twice, or outside any reserved range");
+    }
+    if (!device_.grant(page_count * fake_page_bytes)) return false;
+    for (std::size_t page = 0; page < page_count; ++page)
+      device_.mapped_pages.insert(address + page * fake_page_bytes);
+    return true;
+  }
+  void unmap_pages(std::uintptr_t address, std::size_t page_count) override {
+    for (std::size_t page = 0; page < page_count; ++page) {
+      if (device_.mapped_pages.erase(address + page * fake_page_bytes) == 0)
+        throw std::logic_error("fake: unmapping a page that is not mapped");
+    }
+    device_.held_bytes -= page_count * fake_page_bytes;
+  }
+  void synchronize() override { device_.record_synchronization(); }
+  DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
+
+ private:
+  bool inside_a_range(std::uintptr_t page_address) const {
+    auto range = device_.ranges.upper_bound(page_address);
+    if (range == device_.ranges.begin()) return false;
+    --range;
+    return page_address + fake_page_bytes <= range->first + range->second;
+  }
+
+  FakeDevice& device_;
+  std::uintptr_t next_address_ = first_fake_address;
+};
+
+std::unique_ptr<CachingAllocator> make_fake_caching(FakeDevice& device) {
+  return std::make_unique<CachingAllocator>(std::make_unique<FakeSegmentSource>(device));
+}
+
+std::unique_ptr<ExpandableAllocator> make_fake_expandable(FakeDevice& device) {
+  return std::make_unique<ExpandableAllocator>(std::make_unique<FakePageSource>(device));
+}
+
+// The growing KV cache of chapter 02 on the real workload's sizes: batch 32, 12
+// layers with a key and a value tensor each (12 heads x 64), every step each
+// tensor re-allocated one position longer and the old one freed, as Hugging
+// Face's dynamic cache does with torch.cat.
+AllocatorStats run_growing_kv_cache(DeviceAllocator& allocator, int max_length) {
+  constexpr std::size_t bytes_per_position = std::size_t{32} * 12 * 64 * sizeof(float);
+  constexpr int tensors = 12 * 2;
+  const cudaStream_t stream = fake_stream(1);
+  std::vector<void*> cache(tensors);
+  for (void*& tensor : cache) tensor = allocator.allocate(bytes_per_position, stream);
+  for (int length = 1; length <= max_length; ++length) {
+    for (void*& tensor : cache) {
+      void* longer = allocator.allocate(bytes_per_position * (length + 1), stream);
+      allocator.deallocate(tensor);
+      tensor = longer;
+    }
+  }
+  const AllocatorStats stats = allocator.stats();
+  for (void* tensor : cache) allocator.deallocate(tensor);
+  return stats;
+}
+
+}  // namespace
+
+// ================================================================ shared policy
+
+TEST_CASE("requests round up to 512 bytes and pick a pool by size", "[allocator]") {
+  CHECK(round_request(0) == 512);
+  CHECK(round_request(1) == 512);
+  CHECK(round_request(512) == 512);
+  CHECK(round_request(513) == 1024);
+  CHECK(round_request(3 * mebibytes + 1) == 3 * mebibytes + 512);
+  CHECK(pool_for(round_request(mebibytes)) == PoolKind::small);
+  CHECK(pool_for(round_request(mebibytes + 1)) == PoolKind::large);
+  CHECK_THROWS_AS(round_request(~std::size_t{0}), DeviceOutOfMemory);
+
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  void* one_byte = allocator->allocate(1, fake_stream(1));
+  CHECK(allocator->stats().allocated_bytes == 512);
+  void* just_over = allocator->allocate(513, fake_stream(1));
+  CHECK(allocator->stats().allocated_bytes == 512 + 1024);
+  allocator->deallocate(one_byte);
+  allocator->deallocate(just_over);
+  CHECK(allocator->stats().allocated_bytes == 0);
+}
+
+TEST_CASE("a large-pool rest is split off only when more than 1 MiB would remain", "[allocator]") {
+  SECTION("caching: 1 MiB left stays with the block") {
+    BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
+    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
+                     BlockState::free);
+    CHECK(pool.allocate(first_fake_address, 19 * mebibytes, BlockPlacement::low_end).size ==
+          20 * mebibytes);
+    CHECK(pool.all_blocks().size() == 1);
+  }
+  SECTION("caching: 1 MiB + 512 B left is split off") {
+    BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
+    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
+                     BlockState::free);
+    const Block& block =
+        pool.allocate(first_fake_address, 19 * mebibytes - 512, BlockPlacement::low_end);
+    CHECK(block.size == 19 * mebibytes - 512);
+    CHECK(block.address == first_fake_address);
+    CHECK(pool.free_blocks().size() == 1);
+    CHECK(pool.free_blocks().front().size == mebibytes + 512);
+  }
+  SECTION("expandable: any rest of 512 B is split off") {
+    BlockPool pool(LargeBlockSplitting::any_remainder);
+    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
+                     BlockState::free);
+    const Block& block =
+        pool.allocate(first_fake_address, 20 * mebibytes - 512, BlockPlacement::high_end);
+    CHECK(block.size == 20 * mebibytes - 512);
+    CHECK(block.address == first_fake_address + 512);  // carved from the high end
+    CHECK(pool.free_blocks().front().size == 512);
+    CHECK(pool.free_blocks().front().address == first_fake_address);
+  }
+  SECTION("small pool: a rest of 512 B is split off, in both allocators") {
+    BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
+    pool.add_segment(first_fake_address, 2 * mebibytes, fake_stream(1), PoolKind::small,
+                     BlockState::free);
+    CHECK(pool.allocate(first_fake_address, 2 * mebibytes - 512, BlockPlacement::low_end).size ==
+          2 * mebibytes - 512);
+    CHECK(pool.free_blocks().front().size == 512);
+  }
+}
+
+TEST_CASE("change_state carves a range out of a block and merges like neighbours", "[allocator]") {
+  BlockPool pool(LargeBlockSplitting::any_remainder);
+  const std::uintptr_t base = first_fake_address;
+  pool.add_segment(base, 10 * fake_page_bytes, fake_stream(1), PoolKind::large,
+                   BlockState::unmapped);
+  pool.change_state(base, 2 * fake_page_bytes, BlockState::free);
+  pool.change_state(base + 4 * fake_page_bytes, 2 * fake_page_bytes, BlockState::free);
+  CHECK(pool.all_blocks().size() == 4);  // free, unmapped, free, unmapped
+  pool.change_state(base + 2 * fake_page_bytes, 2 * fake_page_bytes, BlockState::free);
+  const std::vector<Block> blocks = pool.all_blocks();
+  REQUIRE(blocks.size() == 2);
+  CHECK(blocks[0].state == BlockState::free);
+  CHECK(blocks[0].size == 6 * fake_page_bytes);
+  CHECK(blocks[1].state == BlockState::unmapped);
+  CHECK_THROWS_AS(pool.deallocate(base), std::invalid_argument);
+}
+
+TEST_CASE("make_device_allocator names the choices when the name is unknown", "[allocator]") {
+  // No device is touched: the name is checked before any allocator is made.
+  CHECK_THROWS_AS(make_device_allocator("pytorch"), std::invalid_argument);
+  CHECK_THROWS_WITH(make_device_allocator("pytorch"),
+                    Catch::Matchers::Contains("\"caching\" or \"expandable\""));
+}
+
+// ================================================================ caching allocator
+
+TEST_CASE("caching: segment sizes follow PyTorch", "[allocator]") {
+  CHECK(caching_segment_bytes(512) == 2 * mebibytes);
+  CHECK(caching_segment_bytes(mebibytes) == 2 * mebibytes);
+  CHECK(caching_segment_bytes(mebibytes + 512) == 20 * mebibytes);
+  CHECK(caching_segment_bytes(10 * mebibytes) == 20 * mebibytes);
+  CHECK(caching_segment_bytes(10 * mebibytes + 512) == 12 * mebibytes);
+  CHECK(caching_segment_bytes(15 * mebibytes) == 16 * mebibytes);
+  CHECK(caching_segment_bytes(200 * mebibytes + 1) == 202 * mebibytes);
+
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* small = allocator->allocate(1000, stream);
+  CHECK(allocator->stats().reserved_bytes == 2 * mebibytes);
+  void* medium = allocator->allocate(5 * mebibytes, stream);
+  CHECK(allocator->stats().reserved_bytes == 22 * mebibytes);
+  void* large = allocator->allocate(15 * mebibytes + 1, stream);  // the 15 MiB left do not fit
+  CHECK(allocator->stats().reserved_bytes == 38 * mebibytes);
+  // A second small block comes from the same 2 MiB segment, a second medium one
+  // from the same 20 MiB segment.
+  void* small_again = allocator->allocate(1000, stream);
+  void* medium_again = allocator->allocate(5 * mebibytes, stream);
+  CHECK(allocator->stats().reserved_bytes == 38 * mebibytes);
+  CHECK(allocator->stats().driver_allocations == 3);
+  const std::vector<SegmentSnapshot> segments = allocator->memory_snapshot();
+  REQUIRE(segments.size() == 3);
+  for (void* pointer : {small, medium, large, small_again, medium_again})
+    allocator->deallocate(pointer);
+}
+
+TEST_CASE("caching: best fit takes the smallest free block that fits", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream = fake_stream(1);
+  // Free blocks of 64, 32 and 128 KiB with live separators between them, and the
+  // free rest of the 2 MiB segment after them.
+  void* block_64k = allocator->allocate(64 * kibibytes, stream);
+  void* separator_1 = allocator->allocate(512, stream);
+  void* block_32k = allocator->allocate(32 * kibibytes, stream);
+  void* separator_2 = allocator->allocate(512, stream);
+  void* block_128k = allocator->allocate(128 * kibibytes, stream);
+  void* separator_3 = allocator->allocate(512, stream);
+  allocator->deallocate(block_64k);
+  allocator->deallocate(block_32k);
+  allocator->deallocate(block_128k);
+
+  void* fits_32k = allocator->allocate(30 * kibibytes, stream);
+  CHECK(fits_32k == block_32k);
+  void* fits_128k = allocator->allocate(100 * kibibytes, stream);
+  CHECK(fits_128k == block_128k);
+  void* fits_64k = allocator->allocate(64 * kibibytes, stream);
+  CHECK(fits_64k == block_64k);
+  CHECK(allocator->stats().driver_allocations == 1);
+
+  for (void* pointer : {fits_32k, fits_128k, fits_64k, separator_1, separator_2, separator_3})
+    allocator->deallocate(pointer);
+}
+
+TEST_CASE("caching: equal free blocks are taken lowest address first", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* first = allocator->allocate(4 * kibibytes, stream);
+  void* separator_1 = allocator->allocate(512, stream);
+  void* second = allocator->allocate(4 * kibibytes, stream);
+  void* separator_2 = allocator->allocate(512, stream);
+  allocator->deallocate(second);
+  allocator->deallocate(first);
+  void* taken = allocator->allocate(4 * kibibytes, stream);
+  CHECK(taken == first);
+  for (void* pointer : {taken, separator_1, separator_2}) allocator->deallocate(pointer);
+}
+
+TEST_CASE("caching: freed neighbours merge back into the whole segment", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* left = allocator->allocate(100 * kibibytes, stream);
+  void* middle = allocator->allocate(200 * kibibytes, stream);
+  void* right = allocator->allocate(300 * kibibytes, stream);
+  allocator->deallocate(left);
+  allocator->deallocate(right);  // merges with the free rest of the segment
+  REQUIRE(allocator->memory_snapshot().front().blocks.size() == 3);
+  allocator->deallocate(middle);  // joins both sides
+  const std::vector<SegmentSnapshot> segments = allocator->memory_snapshot();
+  REQUIRE(segments.front().blocks.size() == 1);
+  CHECK(segments.front().blocks.front().size == 2 * mebibytes);
+  CHECK(segments.front().blocks.front().state == BlockState::free);
+  // A merged block serves a request as big as the whole segment without the driver.
+  void* whole = allocator->allocate(mebibytes, stream);
+  CHECK(whole == left);
+  CHECK(allocator->stats().driver_allocations == 1);
+  allocator->deallocate(whole);
+}
+
+TEST_CASE("caching: a block freed on one stream is reused only on that stream", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream_a = fake_stream(1);
+  const cudaStream_t stream_b = fake_stream(2);
+  void* on_a = allocator->allocate(8 * kibibytes, stream_a);
+  allocator->deallocate(on_a);
+  void* on_b = allocator->allocate(8 * kibibytes, stream_b);
+  CHECK(on_b != on_a);
+  CHECK(allocator->stats().reserved_bytes == 4 * mebibytes);  // a segment per stream
+  void* on_a_again = allocator->allocate(8 * kibibytes, stream_a);
+  CHECK(on_a_again == on_a);
+  allocator->deallocate(on_b);
+  allocator->deallocate(on_a_again);
+}
+
+TEST_CASE("caching: statistics, peaks and counters", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_caching(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* first = allocator->allocate(3 * mebibytes, stream);    // 20 MiB segment
+  void* second = allocator->allocate(30 * mebibytes, stream);  // its own 30 MiB segment
+  AllocatorStats stats = allocator->stats();
+  CHECK(stats.allocated_bytes == 33 * mebibytes);
+  CHECK(stats.reserved_bytes == 50 * mebibytes);
+  CHECK(stats.peak_allocated_bytes == 33 * mebibytes);
+  CHECK(stats.peak_reserved_bytes == 50 * mebibytes);
+  CHECK(stats.allocations == 2);
+  CHECK(stats.driver_allocations == 2);
+  CHECK(stats.fragmentation() == Approx(17.0 / 50.0));
+
+  allocator->deallocate(second);
+  stats = allocator->stats();
+  CHECK(stats.allocated_bytes == 3 * mebibytes);
+  CHECK(stats.reserved_bytes == 50 * mebibytes);  // cached, not given back
+  CHECK(stats.peak_allocated_bytes == 33 * mebibytes);
+
+  allocator->reset_peak_stats();
+  stats = allocator->stats();
+  CHECK(stats.peak_allocated_bytes == 3 * mebibytes);
+  CHECK(stats.peak_reserved_bytes == 50 * mebibytes);
+  CHECK(stats.allocations == 0);
+  CHECK(stats.driver_allocations == 0);
+
+  allocator->empty_cache();  // the 30 MiB segment is entirely free; the 20 MiB one is not
+  stats = allocator->stats();
+  CHECK(stats.reserved_bytes == 20 * mebibytes);
+  CHECK(stats.driver_frees == 1);
+  CHECK(device.synchronizations >= 1);
+  allocator->deallocate(first);
+  allocator->empty_cache();
+  CHECK(allocator->stats().reserved_bytes == 0);
+  CHECK(device.held_bytes == 0);
+  CHECK(AllocatorStats{}.fragmentation() == 0.0);
+}
+
+TEST_CASE("caching: when the driver is out of memory, free segments go back and it retries",
+          "[allocator]") {
+  const cudaStream_t stream = fake_stream(1);
+  SECTION("the device is full of cached segments") {
+    FakeDevice device;
+    device.total_bytes = 64 * mebibytes;
+    auto allocator = make_fake_caching(device);
+    allocator->deallocate(allocator->allocate(40 * mebibytes, stream));
+    void* next = allocator->allocate(50 * mebibytes, stream);  // 40 + 50 > 64: retry needed
+    CHECK(allocator->stats().reserved_bytes == 50 * mebibytes);
+    CHECK(allocator->stats().driver_frees == 1);
+    allocator->deallocate(next);
+  }
+  SECTION("the driver fails once") {
+    FakeDevice device;
+    auto allocator = make_fake_caching(device);
+    allocator->deallocate(allocator->allocate(5 * mebibytes, stream));
+    void* kept = allocator->allocate(mebibytes / 2, stream);  // a live small segment stays
+    device.scripted_answers = {false};
+    void* next = allocator->allocate(30 * mebibytes, stream);
+    CHECK(allocator->stats().reserved_bytes == 32 * mebibytes);  // 2 MiB small + 30 MiB
+    CHECK(device.synchronizations == 1);
+    allocator->deallocate(next);
+    allocator->deallocate(kept);
+  }
+  SECTION("the driver always fails") {
+    FakeDevice device;
+    auto allocator = make_fake_caching(device);
+    void* kept = allocator->allocate(mebibytes / 2, stream);
+    device.always_fail = true;
+    const std::size_t asked = 123456789;
+    try {
+      allocator->allocate(asked, stream);
+      FAIL("allocate() should have thrown DeviceOutOfMemory");
+    } catch (const DeviceOutOfMemory& error) {
+      const std::string message = error.what();
+      INFO(message);
+      CHECK(message.find("out of device memory: asked for " +
+                         format_bytes(static_cast<double>(asked))) != std::string::npos);
+      CHECK(message.find("rounded to " + format_bytes(static_cast<double>(round_request(asked)))) !=
+            std::string::npos);
+      CHECK(message.find("allocator holds 2.00 MiB reserved, 512.00 KiB allocated") !=
+            std::string::npos);
+      CHECK(message.find("GPU has") != std::string::npos);
+    }
+    CHECK(allocator->stats().allocated_bytes == mebibytes / 2);
+    allocator->deallocate(kept);
+  }
+}
+
+TEST_CASE("caching: teardown returns every segment, and bad frees are refused", "[allocator]") {
+  FakeDevice device;
+  {
+    auto allocator = make_fake_caching(device);
+    void* pointer = allocator->allocate(50 * mebibytes, fake_stream(1));
+    allocator->deallocate(allocator->allocate(100, fake_stream(2)));
+    allocator->deallocate(pointer);
+    CHECK_THROWS_AS(allocator->deallocate(pointer), std::invalid_argument);
+    CHECK_NOTHROW(allocator->deallocate(nullptr));
+    CHECK(device.segments.size() == 2);
+  }
+  CHECK(device.segments.empty());
+  CHECK(device.held_bytes == 0);
+}
+
+// ================================================================ expandable allocator
+
+TEST_CASE("expandable: a segment reserves addresses and maps pages only as blocks need them",
+          "[allocator]") {
+  FakeDevice device;
+  device.total_bytes = 80 * gibibytes;
+  auto allocator = make_fake_expandable(device);
+  const cudaStream_t stream = fake_stream(1);
+
+  void* first = allocator->allocate(5 * mebibytes, stream);
+  REQUIRE(device.ranges.size() == 1);
+  CHECK(device.ranges.begin()->second == 80 * gibibytes);     // the large pool: the whole device
+  CHECK(allocator->stats().reserved_bytes == 6 * mebibytes);  // 3 pages
+  CHECK(device.mapped_pages.size() == 3);
+
+  // The next block continues right behind the first: 1 MiB of the last page was
+  // free, two more pages grow the segment in place.
+  void* second = allocator->allocate(5 * mebibytes, stream);
+  CHECK(address_of(second) == address_of(first) + 5 * mebibytes);
+  CHECK(allocator->stats().reserved_bytes == 10 * mebibytes);
+  CHECK(allocator->stats().driver_allocations == 5);
+
+  // Small requests get their own, smaller range.
+  void* small = allocator->allocate(1000, stream);
+  REQUIRE(device.ranges.size() == 2);
+  CHECK(device.ranges.count(address_of(small)) == 1);
+  CHECK(device.ranges.at(address_of(small)) == 10 * gibibytes);
+  CHECK(allocator->stats().reserved_bytes == 12 * mebibytes);
+
+  // A freed block is reused without mapping anything, carved from its high end.
+  allocator->deallocate(first);
+  void* reuse = allocator->allocate(4 * mebibytes, stream);
+  CHECK(address_of(reuse) == address_of(first) + mebibytes);
+  CHECK(allocator->stats().driver_allocations == 6);
+  for (void* pointer : {second, small, reuse}) allocator->deallocate(pointer);
+}
+
+TEST_CASE("expandable: the free block before the end grows into new pages", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_expandable(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* head = allocator->allocate(3 * mebibytes, stream);  // pages 0-1; 1 MiB free after
+  void* tail = allocator->allocate(2 * mebibytes, stream);  // 1 MiB free + page 2
+  allocator->deallocate(tail);                              // [3 MiB, 6 MiB) free
+  void* bigger = allocator->allocate(5 * mebibytes, stream);
+  CHECK(address_of(bigger) == address_of(head) + 3 * mebibytes);
+  CHECK(allocator->stats().reserved_bytes == 8 * mebibytes);
+  allocator->deallocate(bigger);
+  allocator->deallocate(head);
+}
+
+TEST_CASE("expandable: empty_cache unmaps whole free pages, in the middle too", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_expandable(device);
+  const cudaStream_t stream = fake_stream(1);
+  void* left = allocator->allocate(6 * mebibytes, stream);
+  void* middle = allocator->allocate(6 * mebibytes, stream);
+  void* right = allocator->allocate(5 * mebibytes, stream);  // 1 MiB of its last page free
+  CHECK(allocator->stats().reserved_bytes == 18 * mebibytes);
+  allocator->deallocate(middle);
+  const int synchronizations_before = device.synchronizations;
+  allocator->empty_cache();
+  CHECK(device.synchronizations == synchronizations_before + 1);
+  CHECK(allocator->stats().reserved_bytes == 12 * mebibytes);
+  CHECK(allocator->stats().driver_frees == 3);
+  CHECK(device.mapped_pages.count(address_of(middle)) == 0);
+  CHECK(device.mapped_pages.count(address_of(left)) == 1);
+
+  // The hole is mapped again when a block needs it.
+  void* refill = allocator->allocate(6 * mebibytes, stream);
+  CHECK(refill == middle);
+  CHECK(allocator->stats().reserved_bytes == 18 * mebibytes);
+  check_bookkeeping(*allocator, {{address_of(left), 6 * mebibytes},
+                                 {address_of(refill), 6 * mebibytes},
+                                 {address_of(right), 5 * mebibytes}});
+
+  for (void* pointer : {left, refill, right}) allocator->deallocate(pointer);
+  allocator->empty_cache();
+  CHECK(allocator->stats().reserved_bytes == 0);
+  CHECK(device.mapped_pages.empty());
+  CHECK(device.ranges.empty());  // an empty segment gives its addresses back too
+}
+
+TEST_CASE("expandable: each stream grows its own segment", "[allocator]") {
+  FakeDevice device;
+  auto allocator = make_fake_expandable(device);
+  void* on_a = allocator->allocate(3 * mebibytes, fake_stream(1));
+  allocator->deallocate(on_a);
+  void* on_b = allocator->allocate(3 * mebibytes, fake_stream(2));
+  CHECK(device.ranges.size() == 2);
+  CHECK(on_b != on_a);
+  void* on_a_again = allocator->allocate(3 * mebibytes, fake_stream(1));
+  CHECK(address_of(on_a_again) == address_of(on_a) + mebibytes);  // high end of the free 4 MiB
+  CHECK(device.ranges.size() == 2);
+  allocator->deallocate(on_b);
+  allocator->deallocate(on_a_again);
+}
+
+TEST_CASE("expandable: out of memory releases free pages and retries once", "[allocator]") {
+  const cudaStream_t stream = fake_stream(1);
+  SECTION("the device is full of cached pages") {
+    FakeDevice device;
+    device.total_bytes = 64 * mebibytes;
+    auto allocator = make_fake_expandable(device);
+    allocator->deallocate(allocator->allocate(40 * mebibytes, stream));
+    void* other_stream = allocator->allocate(30 * mebibytes, fake_stream(2));
+    CHECK(allocator->stats().reserved_bytes == 30 * mebibytes);
+    CHECK(device.ranges.size() == 1);  // stream 1's emptied segment was given back
+    allocator->deallocate(other_stream);
+  }
+  SECTION("mapping fails once") {
+    FakeDevice device;
+    auto allocator = make_fake_expandable(device);
+    void* kept = allocator->allocate(3 * mebibytes, stream);
+    device.scripted_answers = {false};
+    void* next = allocator->allocate(10 * mebibytes, stream);
+    CHECK(address_of(next) == address_of(kept) + 3 * mebibytes);
+    CHECK(device.synchronizations == 1);
+    check_bookkeeping(*allocator,
+                      {{address_of(kept), 3 * mebibytes}, {address_of(next), 10 * mebibytes}});
+    allocator->deallocate(next);
+    allocator->deallocate(kept);
+  }
+  SECTION("a run of two stretches maps the first, fails on the second, and undoes the first") {
+    FakeDevice device;
+    auto allocator = make_fake_expandable(device);
+    void* kept = allocator->allocate(6 * mebibytes, stream);    // [0, 6) MiB
+    void* middle = allocator->allocate(6 * mebibytes, stream);  // [6, 12)
+    void* cached = allocator->allocate(5 * mebibytes, stream);  // [12, 17), [17, 18) free
+    allocator->deallocate(middle);
+    allocator->empty_cache();       // [6, 12) unmapped
+    allocator->deallocate(cached);  // [12, 18) free, mapped
+    // 14 MiB from 6 MiB on: pages [6, 12) and [18, 20) are missing. The second
+    // stretch fails twice (before and after the retry).
+    device.scripted_answers = {true, false, false};
+    CHECK_THROWS_AS(allocator->allocate(14 * mebibytes, stream), DeviceOutOfMemory);
+    CHECK(device.scripted_answers.empty());
+    // When the retry began, the first stretch had already been unmapped again.
+    CHECK(device.held_bytes_at_last_synchronization == 12 * mebibytes);
+    CHECK(allocator->stats().reserved_bytes == 6 * mebibytes);  // only the kept block's pages
+    CHECK(device.held_bytes == 6 * mebibytes);
+    check_bookkeeping(*allocator, {{address_of(kept), 6 * mebibytes}});
+    allocator->deallocate(kept);
+  }
+  SECTION("mapping always fails") {
+    FakeDevice device;
+    auto allocator = make_fake_expandable(device);
+    void* kept = allocator->allocate(3 * mebibytes, stream);
+    device.always_fail = true;
+    const std::size_t asked = 7 * mebibytes + 3;
+    try {
+      allocator->allocate(asked, stream);
+      FAIL("allocate() should have thrown DeviceOutOfMemory");
+    } catch (const DeviceOutOfMemory& error) {
+      const std::string message = error.what();
+      INFO(message);
+      CHECK(message.find("asked for " + format_bytes(static_cast<double>(asked))) !=
+            std::string::npos);
+      CHECK(message.find("allocator holds 4.00 MiB reserved, 3.00 MiB allocated") !=
+            std::string::npos);
+    }
+    check_bookkeeping(*allocator, {{address_of(kept), 3 * mebibytes}});
+    allocator->deallocate(kept);
+  }
+  SECTION("a request larger than the device fails at once and reserves nothing") {
+    FakeDevice device;
+    auto allocator = make_fake_expandable(device);
+    CHECK_THROWS_AS(allocator->allocate(4 * device.total_bytes, stream), DeviceOutOfMemory);
+    CHECK(device.ranges.empty());
+    CHECK(allocator->stats().reserved_bytes == 0);
+  }
+}
+
+TEST_CASE("expandable: teardown unmaps every page and frees every range", "[allocator]") {
+  FakeDevice device;
+  {
+    auto allocator = make_fake_expandable(device);
+    void* large = allocator->allocate(50 * mebibytes, fake_stream(1));
+    void* small = allocator->allocate(100, fake_stream(2));
+    allocator->deallocate(allocator->allocate(7 * mebibytes, fake_stream(1)));
+    allocator->deallocate(large);
+    allocator->deallocate(small);
+    CHECK(device.ranges.size() == 2);
+    CHECK(!device.mapped_pages.empty());
+  }
+  CHECK(device.mapped_pages.empty());
+  CHECK(device.ranges.empty());
+  CHECK(device.held_bytes == 0);
+}
+
+// ================================================================ both, under load
+
+TEMPLATE_TEST_CASE("random allocate and free keeps blocks apart and the books straight",
+                   "[allocator]", CachingAllocator, ExpandableAllocator) {
+  FakeDevice device;
+  device.total_bytes = 2 * gibibytes;  // small enough to run out now and then
+  std::unique_ptr<TestType> allocator;
+  if constexpr (std::is_same_v<TestType, CachingAllocator>)
+    allocator = make_fake_caching(device);
+  else
+    allocator = make_fake_expandable(device);
+
+  std::mt19937_64 random(20240611);
+  // Sizes spread evenly in log space, from 1 byte to 200 MiB.
+  std::uniform_real_distribution<double> log_size(0.0, std::log(200.0 * mebibytes));
+  std::uniform_int_distribution<int> percent(0, 99);
+  std::uniform_int_distribution<std::uintptr_t> stream_id(1, 3);
+  std::map<std::uintptr_t, std::size_t> live;
+
+  const auto free_one = [&](std::size_t index) {
+    auto victim = live.begin();
+    std::advance(victim, static_cast<std::ptrdiff_t>(index % live.size()));
+    allocator->deallocate(as_pointer(victim->first));
+    live.erase(victim);
+  };
+
+  for (int operation = 0; operation < 5000; ++operation) {
+    if (!live.empty() && percent(random) < 45) {
+      free_one(static_cast<std::size_t>(random()));
+    } else {
+      const auto bytes = static_cast<std::size_t>(std::exp(log_size(random)));
+      try {
+        add_live_block(live, allocator->allocate(bytes, fake_stream(stream_id(random))), bytes);
+      } catch (const DeviceOutOfMemory& error) {
+        // Legitimate when the fake device is full, but only after everything cached
+        // went back: no free block may still hold a whole page (expandable) or a
+        // whole segment (caching).
+        CHECK(std::string(error.what()).find(format_bytes(static_cast<double>(bytes))) !=
+              std::string::npos);
+        for (const SegmentSnapshot& snapshot : allocator->memory_snapshot()) {
+          for (const Block& block : snapshot.blocks) {
+            if (block.state != BlockState::free) continue;
+            CHECK(block.size != snapshot.segment.size);
+            if constexpr (std::is_same_v<TestType, ExpandableAllocator>)
+              CHECK(round_up(block.address, fake_page_bytes) + fake_page_bytes > block.end());
+          }
+        }
+        while (live.size() > 10) free_one(static_cast<std::size_t>(random()));
+      }
+    }
+    if (percent(random) < 1) allocator->empty_cache();
+    if (operation % 100 == 0) {
+      const std::size_t backed = check_bookkeeping(*allocator, live);
+      REQUIRE(device.held_bytes == backed);
+    }
+  }
+  check_bookkeeping(*allocator, live);
+  if constexpr (std::is_same_v<TestType, ExpandableAllocator>) {
+    // Every byte of every live block has a page behind it.
+    for (const auto& [address, bytes] : live) {
+      for (std::uintptr_t page = address / fake_page_bytes * fake_page_bytes;
+           page < address + bytes; page += fake_page_bytes)
+        REQUIRE(device.mapped_pages.count(page) == 1);
+    }
+  }
+  while (!live.empty()) free_one(0);
+  CHECK(allocator->stats().allocated_bytes == 0);
+  allocator->empty_cache();
+  CHECK(allocator->stats().reserved_bytes == 0);
+  CHECK(device.held_bytes == 0);
+  allocator.reset();
+  CHECK(device.segments.empty());
+  CHECK(device.ranges.empty());
+}
+
+TEST_CASE("a growing KV cache fragments the caching allocator, not the expandable one",
+          "[allocator]") {
+  FakeDevice device;
+  device.total_bytes = 140 * gibibytes;
+  const AllocatorStats caching = run_growing_kv_cache(*make_fake_caching(device), 400);
+  const AllocatorStats expandable = run_growing_kv_cache(*make_fake_expandable(device), 400);
+  std::printf(
+      "growing KV cache, N = 400: caching %s reserved / %s allocated at peak (%.1f%% "
+      "fragmentation); expandable %s / %s (%.1f%%)\n",
+      format_bytes(static_cast<double>(caching.peak_reserved_bytes)).c_str(),
+      format_bytes(static_cast<double>(caching.peak_allocated_bytes)).c_str(),
+      100.0 * caching.fragmentation(),
+      format_bytes(static_cast<double>(expandable.peak_reserved_bytes)).c_str(),
+      format_bytes(static_cast<double>(expandable.peak_allocated_bytes)).c_str(),
+      100.0 * expandable.fragmentation());
+  CHECK(caching.fragmentation() > 0.5);
+  CHECK(expandable.fragmentation() < 0.15);
+  CHECK(expandable.peak_reserved_bytes <= 2 * expandable.peak_allocated_bytes);
+  CHECK(device.held_bytes == 0);
+}
