@@ -42,6 +42,25 @@ std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_g
   return tokens;
 }
 
+DeviceBuffer upload_forced_tokens(DeviceAllocator& allocator, const PromptBatch& prompts,
+                                  int max_new_tokens, cudaStream_t stream) {
+  if (prompts.forced_tokens.empty()) return DeviceBuffer();
+  if (prompts.forced_length < max_new_tokens)
+    throw std::invalid_argument("--force-tokens: rows hold " +
+                                std::to_string(prompts.forced_length) + " ids but " +
+                                std::to_string(max_new_tokens) + " steps may run");
+  DeviceBuffer forced(allocator,
+                      static_cast<std::size_t>(prompts.batch) * max_new_tokens *
+                          sizeof(std::int32_t),
+                      stream);
+  CUDA_CHECK(cudaMemcpy2DAsync(forced.as<void>(), sizeof(std::int32_t) * max_new_tokens,
+                               prompts.forced_tokens.data(),
+                               sizeof(std::int32_t) * prompts.forced_length,
+                               sizeof(std::int32_t) * max_new_tokens, prompts.batch,
+                               cudaMemcpyHostToDevice, stream));
+  return forced;
+}
+
 namespace {
 
 /// Everything decided from the command line and the config before touching the GPU,
@@ -52,6 +71,7 @@ struct Plan {
   int eos_token_id = 0;
   std::optional<Gpt2Tokenizer> tokenizer;
   std::vector<std::vector<std::int32_t>> prompt_rows;  ///< from --prompt or --prompt-file
+  std::vector<std::vector<std::int32_t>> forced_rows;  ///< from --force-tokens
   std::string prompt_description;
   std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
 };
@@ -100,6 +120,15 @@ Plan make_plan(int argc, char** argv) {
     plan.prompt_description = "BOS only";
   }
 
+  if (!options.forced_tokens_file.empty()) {
+    plan.forced_rows = read_token_rows(options.forced_tokens_file, plan.config.vocab_size);
+    for (int new_tokens : options.new_token_counts)
+      if (static_cast<int>(plan.forced_rows.front().size()) < new_tokens)
+        throw std::invalid_argument("--force-tokens: rows hold " +
+                                    std::to_string(plan.forced_rows.front().size()) +
+                                    " ids, fewer than --new-tokens " + std::to_string(new_tokens));
+  }
+
   const int prompt_length = !plan.prompt_rows.empty()
                                 ? static_cast<int>(plan.prompt_rows.front().size())
                                 : std::max(1, options.random_prompt_length);
@@ -114,11 +143,20 @@ Plan make_plan(int argc, char** argv) {
 }
 
 PromptBatch make_prompts(const Plan& plan, int batch) {
-  if (!plan.prompt_rows.empty()) return prompts_from_rows(plan.prompt_rows, batch);
-  if (plan.options.random_prompt_length > 0)
-    return random_prompts(batch, plan.options.random_prompt_length, plan.config.vocab_size,
-                          plan.eos_token_id, plan.options.seed);
-  return bos_prompts(batch, plan.config.bos_token_id);
+  PromptBatch prompts;
+  if (!plan.prompt_rows.empty())
+    prompts = prompts_from_rows(plan.prompt_rows, batch);
+  else if (plan.options.random_prompt_length > 0)
+    prompts = random_prompts(batch, plan.options.random_prompt_length, plan.config.vocab_size,
+                             plan.eos_token_id, plan.options.seed);
+  else
+    prompts = bos_prompts(batch, plan.config.bos_token_id);
+  if (!plan.forced_rows.empty()) {
+    const PromptBatch forced = prompts_from_rows(plan.forced_rows, batch);
+    prompts.forced_tokens = forced.tokens;
+    prompts.forced_length = forced.length;
+  }
+  return prompts;
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

@@ -89,6 +89,11 @@ class Decoder {
 std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_generated, int batch,
                                                     int capacity, int steps, cudaStream_t stream);
 
+/// The teacher-forced ids of `prompts` as [batch, max_new_tokens] on the device, or an
+/// empty buffer (a null pointer) when the prompts force nothing.
+DeviceBuffer upload_forced_tokens(DeviceAllocator& allocator, const PromptBatch& prompts,
+                                  int max_new_tokens, cudaStream_t stream);
+
 using DecoderFactory =
     std::function<std::unique_ptr<Decoder>(const DeviceModel&, const DecoderOptions&)>;
 

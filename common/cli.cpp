@@ -76,6 +76,8 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
       options.random_prompt_length = static_cast<int>(parse_integer(flag, value(), 1, kLargest));
     } else if (flag == "--prompt-file") {
       options.prompt_file = value();
+    } else if (flag == "--force-tokens") {
+      options.forced_tokens_file = value();
     } else if (flag == "--eos") {
       options.eos_token_id = static_cast<int>(parse_integer(flag, value(), 0, kLargest));
     } else if (flag == "--tf32") {
@@ -128,6 +130,8 @@ prompts (default: every row is the BOS token alone)
   --prompt TEXT             one text prompt, tokenized with GPT-2's BPE, for every row
   --random-prompt-length L  per-row random token prompts of length L
   --prompt-file FILE        per-row prompts: token ids, one row per line
+  --force-tokens FILE       teacher forcing (tests): feed these ids, one row per line,
+                            instead of the argmax; logits are computed as usual
 output
   --json FILE               results as JSON
   --dump-tokens FILE        generated ids of the last run, one row per line

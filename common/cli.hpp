@@ -26,6 +26,7 @@ struct RunOptions {
   std::string prompt_text;                      ///< one text prompt, repeated for every row
   int random_prompt_length = 0;                 ///< > 0: per-row random token prompts
   std::string prompt_file;                      ///< per-row prompts: token ids, one row per line
+  std::string forced_tokens_file;               ///< teacher forcing: ids fed instead of the argmax
   std::optional<int> eos_token_id;              ///< overrides the config's EOS id
   bool allow_tf32 = false;                      ///< TF32 tensor-core matmuls (the seed's setting)
   std::string json_output;                      ///< write results as JSON here

@@ -39,7 +39,9 @@ PromptBatch bos_prompts(int batch, int bos_token_id) {
 PromptBatch repeated_prompt(const std::vector<std::int32_t>& ids, int batch) {
   require_positive(batch, "batch");
   if (ids.empty()) throw std::invalid_argument("the prompt is empty after tokenization");
-  PromptBatch prompts{batch, static_cast<int>(ids.size()), {}};
+  PromptBatch prompts;
+  prompts.batch = batch;
+  prompts.length = static_cast<int>(ids.size());
   for (int b = 0; b < batch; ++b) prompts.tokens.insert(prompts.tokens.end(), ids.begin(), ids.end());
   return prompts;
 }
@@ -49,7 +51,9 @@ PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_i
   require_positive(batch, "batch");
   require_positive(length, "prompt length");
   if (vocab_size < 2) throw std::invalid_argument("random prompts need a vocabulary of 2 or more");
-  PromptBatch prompts{batch, length, {}};
+  PromptBatch prompts;
+  prompts.batch = batch;
+  prompts.length = length;
   prompts.tokens.reserve(static_cast<std::size_t>(batch) * length);
   std::uint64_t state = seed ^ 0x70726F6D707473ull;  // "prompts": keeps them apart from the weights
   const auto choices = static_cast<std::uint64_t>(vocab_size - 1);
@@ -102,7 +106,9 @@ std::vector<std::vector<std::int32_t>> read_token_rows(const std::string& path, 
 PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows, int batch) {
   require_positive(batch, "batch");
   if (rows.empty()) throw std::invalid_argument("no prompt rows");
-  PromptBatch prompts{batch, static_cast<int>(rows.front().size()), {}};
+  PromptBatch prompts;
+  prompts.batch = batch;
+  prompts.length = static_cast<int>(rows.front().size());
   for (int b = 0; b < batch; ++b) {
     const auto& row = rows[static_cast<std::size_t>(b) % rows.size()];
     if (static_cast<int>(row.size()) != prompts.length)

@@ -14,6 +14,11 @@ struct PromptBatch {
   int batch = 0;
   int length = 0;
   std::vector<std::int32_t> tokens;  ///< [batch, length] row-major
+  /// Teacher forcing (tests): when not empty, [batch, forced_length] ids the decoder
+  /// feeds at steps 0, 1, ... instead of its argmax, so every step's logits can be
+  /// checked on a chosen sequence. The logits and the EOS rule are unchanged.
+  std::vector<std::int32_t> forced_tokens;
+  int forced_length = 0;
 
   std::vector<std::vector<std::int32_t>> rows() const;
 };

@@ -57,11 +57,14 @@ __device__ __forceinline__ Candidate warp_argmax(Candidate candidate) {
 //         i, i + kArgmaxThreads, ... (coalesced), each warp reduces its lanes by
 //         shuffles, and warp 0 reduces the per-warp winners from shared memory.
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_step_kernel(const float* logits, int V, std::int32_t* next_tokens,
-                       std::int32_t* finished, std::int32_t* output_tokens, int step, int max_steps,
-                       int eos_id) {
+    argmax_step_kernel(const float* logits, const std::int32_t* forced_tokens, int V,
+                       std::int32_t* next_tokens, std::int32_t* finished,
+                       std::int32_t* output_tokens, int host_step, const DecodePosition* cursor,
+                       int max_steps, int eos_id) {
   __shared__ Candidate warp_winners[kArgmaxWarps];
   const int b = blockIdx.x;
+  const int step = cursor != nullptr ? cursor->step : host_step;
+  if (step < 0 || step >= max_steps) return;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const float* row = logits + static_cast<std::size_t>(b) * V;
@@ -77,7 +80,9 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (warp != 0) return;
   best = warp_argmax(warp_winners[lane]);  // kArgmaxWarps == kWarpSize: one winner per lane
   if (lane == 0) {
-    const int token = best.index;
+    const int token = forced_tokens != nullptr
+                          ? forced_tokens[static_cast<std::size_t>(b) * max_steps + step]
+                          : best.index;
     next_tokens[b] = token;
     output_tokens[static_cast<std::size_t>(b) * max_steps + step] = token;
     finished[b] = (finished[b] != 0 || token == eos_id) ? 1 : 0;
@@ -85,23 +90,27 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per lane of one warp");
 
-// Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0.
+// Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0; then, for
+//         a device cursor, cursor->step += 1 and cursor->position += 1.
 // Shapes: finished [B]; all_finished [1].
 // Grid:   one block; thread i checks rows i, i + kAllFinishedThreads, ... and
 //         __syncthreads_and combines the answers.
 __global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished,
-                                    int B) {
+                                    int B, DecodePosition* cursor, int max_steps) {
   bool mine = true;
   for (int b = threadIdx.x; b < B; b += kAllFinishedThreads) mine = mine && finished[b] != 0;
   const int every_row = __syncthreads_and(mine);
-  if (threadIdx.x == 0) all_finished[0] = every_row != 0 ? 1 : 0;
+  if (threadIdx.x != 0) return;
+  all_finished[0] = every_row != 0 ? 1 : 0;
+  if (cursor != nullptr && cursor->step < max_steps) {
+    cursor->step += 1;
+    cursor->position += 1;
+  }
 }
 
-}  // namespace
-
-void launch_argmax_step(const float* logits, std::int32_t* next_tokens, std::int32_t* finished,
-                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
-                        int step, int max_steps, int eos_id, cudaStream_t stream) {
+void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
+                                 std::int32_t* finished, std::int32_t* all_finished,
+                                 std::int32_t* output_tokens, int B, int V, int max_steps) {
   constexpr const char* kName = "launch_argmax_step";
   launch_checks::require_not_null(kName, "logits", logits);
   launch_checks::require_not_null(kName, "next_tokens", next_tokens);
@@ -111,14 +120,43 @@ void launch_argmax_step(const float* logits, std::int32_t* next_tokens, std::int
   launch_checks::require_positive(kName, "B", B);
   launch_checks::require_positive(kName, "V", V);
   launch_checks::require_positive(kName, "max_steps", max_steps);
-  if (step < 0 || step >= max_steps)
-    launch_checks::fail(kName, "step (" + std::to_string(step) + ") must lie in [0, " +
-                                   std::to_string(max_steps) + ")");
+}
 
+}  // namespace
+
+void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
+                        std::int32_t* next_tokens, std::int32_t* finished,
+                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
+                        int step, int max_steps, int eos_id, cudaStream_t stream) {
+  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
+                              max_steps);
+  if (step < 0 || step >= max_steps)
+    launch_checks::fail("launch_argmax_step", "step (" + std::to_string(step) +
+                                                  ") must lie in [0, " +
+                                                  std::to_string(max_steps) + ")");
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, V, next_tokens, finished, output_tokens, step, max_steps, eos_id);
+      logits, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr, max_steps,
+      eos_id);
   CUDA_CHECK_LAUNCH();
-  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B);
+  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, nullptr,
+                                                             max_steps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
+                        std::int32_t* next_tokens, std::int32_t* finished,
+                        std::int32_t* all_finished, std::int32_t* output_tokens,
+                        DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
+                        cudaStream_t stream) {
+  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
+                              max_steps);
+  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
+  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
+      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps,
+      eos_id);
+  CUDA_CHECK_LAUNCH();
+  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, cursor,
+                                                             max_steps);
   CUDA_CHECK_LAUNCH();
 }
 

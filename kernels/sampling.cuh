@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/decode_position.cuh"
+
 namespace ladder {
 
 /// One greedy step for every row b < B:
@@ -19,12 +21,26 @@ namespace ladder {
 /// and then all_finished[0] = 1 if every finished[b] is 1, else 0.
 /// finished must be zeroed by the caller before the first step. An eos_id outside
 /// [0, V) never matches: rows then never finish.
+/// Teacher forcing (tests): when `forced_tokens` ([B, max_steps]) is not null, row b
+/// takes forced_tokens[b, step] instead of its argmax; everything else is unchanged, so
+/// every step's logits can be compared on a chosen token sequence.
 /// Two kernels on `stream`: one block per row for the argmax, then one block that reads
 /// all the flags, so all_finished is race-free and needs no scratch memory.
 /// Throws std::invalid_argument on a null pointer, B, V, max_steps <= 0, or step
 /// outside [0, max_steps).
-void launch_argmax_step(const float* logits, std::int32_t* next_tokens, std::int32_t* finished,
+void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
+                        std::int32_t* next_tokens, std::int32_t* finished,
                         std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
                         int step, int max_steps, int eos_id, cudaStream_t stream);
+
+/// The same step with the step index read from device memory (`cursor->step`), for
+/// loops whose position lives on the device. After the step, the second kernel
+/// advances the cursor (step + 1, position + 1). A step that would write past column
+/// max_steps - 1 writes nothing and leaves the cursor alone.
+void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
+                        std::int32_t* next_tokens, std::int32_t* finished,
+                        std::int32_t* all_finished, std::int32_t* output_tokens,
+                        DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
+                        cudaStream_t stream);
 
 }  // namespace ladder

@@ -62,6 +62,9 @@ class NaiveDecoder final : public ladder::Decoder {
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
     CUDA_CHECK(cudaMemsetAsync(finished.as<void>(), 0, finished.bytes(), stream));
+    // Teacher forcing, for the tests only: ids to feed instead of the argmax, or null.
+    const DeviceBuffer forced =
+        ladder::upload_forced_tokens(*allocator_, prompts, max_new_tokens, stream);
 
     ladder::GenerationOutput output;
     output.batch = B;
@@ -71,7 +74,8 @@ class NaiveDecoder final : public ladder::Decoder {
       // The whole forward pass over all B x T tokens, for the last position's logits.
       DeviceBuffer step_logits = forward(sequence.as<std::int32_t>(), B, T);
       DeviceBuffer next_tokens = allocate<std::int32_t>(B);
-      ladder::launch_argmax_step(step_logits.as<float>(), next_tokens.as<std::int32_t>(),
+      ladder::launch_argmax_step(step_logits.as<float>(), forced.as<std::int32_t>(),
+                                 next_tokens.as<std::int32_t>(),
                                  finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
                                  generated.as<std::int32_t>(), B, config_.vocab_size, steps,
                                  max_new_tokens, eos_token_id_, stream);

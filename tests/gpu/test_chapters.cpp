@@ -197,6 +197,90 @@ TEST_CASE("GPT-2 small at full size, the BOS workload at B = 32", "[chapters]") 
                       /*with_logits=*/false);
 }
 
+namespace {
+
+/// Teacher forcing through the chapter's own loop: each row's first token is the prompt,
+/// the rest is fed in place of the argmax, and the logits of step s must equal
+/// `expected_logits(row, s)` (the logits at position s) for every position.
+template <typename ExpectedLogits>
+void check_teacher_forced(const std::vector<std::string>& model_arguments,
+                          const TokenRows& sequences, int vocab_size,
+                          const ExpectedLogits& expected_logits) {
+  const int batch = static_cast<int>(sequences.size());
+  const int steps = static_cast<int>(sequences.front().size()) - 1;
+  TokenRows first_tokens, continuations;
+  std::vector<bool> used(static_cast<std::size_t>(vocab_size), false);
+  for (const auto& sequence : sequences) {
+    first_tokens.push_back({sequence.front()});
+    continuations.emplace_back(sequence.begin() + 1, sequence.end());
+    for (std::int32_t id : continuations.back()) used[static_cast<std::size_t>(id)] = true;
+  }
+  // An EOS id the sequences never feed, so no row stops early.
+  const int eos = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
+  REQUIRE(eos < vocab_size);
+
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-forced");
+  write_rows(directory + "/prompts.txt", first_tokens);
+  write_rows(directory + "/forced.txt", continuations);
+  std::vector<std::string> arguments = model_arguments;
+  arguments.insert(arguments.end(),
+                   {"--prompt-file", directory + "/prompts.txt", "--force-tokens",
+                    directory + "/forced.txt", "--batch", std::to_string(batch), "--new-tokens",
+                    std::to_string(steps), "--eos", std::to_string(eos)});
+  for (const std::string& chapter : ladder::testing::chapter_names()) {
+    INFO("chapter " << chapter);
+    const ChapterOutput output =
+        ladder::testing::generate_with_chapter(chapter, arguments, vocab_size, true);
+    REQUIRE(output.steps == steps);
+    CHECK(output.tokens == flatten(continuations, steps));
+    double worst = 0.0;
+    for (int step = 0; step < steps; ++step) {
+      for (int row = 0; row < batch; ++row) {
+        const std::vector<float> expected = expected_logits(row, step);
+        const float* actual = output.logits.data() +
+                              (static_cast<std::size_t>(step) * batch + row) * vocab_size;
+        worst = std::max(worst, reference::relative_error(actual, expected.data(),
+                                                          static_cast<std::size_t>(vocab_size)));
+      }
+    }
+    INFO("largest logits relative error over every position: " << worst);
+    CHECK(worst <= kLogitsTolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("teacher-forced logits at every position equal Hugging Face's (golden model)",
+          "[chapters]") {
+  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
+  const nlohmann::json golden = ladder::testing::load_golden_json("teacher_forced.json");
+  const auto sequences = golden.at("tokens").get<TokenRows>();
+  const auto hf_logits = golden.at("logits").get<std::vector<std::vector<std::vector<float>>>>();
+  check_teacher_forced({"--weights", ladder::testing::golden_model_directory()}, sequences,
+                       weights.config.vocab_size, [&](int row, int position) {
+                         return hf_logits.at(static_cast<std::size_t>(row))
+                             .at(static_cast<std::size_t>(position));
+                       });
+}
+
+TEST_CASE("teacher-forced logits at every position equal the reference (GPT-2 small)",
+          "[chapters]") {
+  const ladder::Gpt2Config config;
+  const ladder::Gpt2Weights weights = ladder::random_gpt2_weights(config, 0);
+  const ladder::PromptBatch random =
+      ladder::random_prompts(2, 160, config.vocab_size, config.eos_token_id, 77);
+  const TokenRows sequences = random.rows();
+  const reference::Model model(weights);
+  std::vector<std::vector<float>> logits;  // [row] -> [T, V]
+  for (const auto& sequence : sequences) logits.push_back(model.forward(sequence));
+  const auto V = static_cast<std::size_t>(config.vocab_size);
+  check_teacher_forced({}, sequences, config.vocab_size, [&](int row, int position) {
+    const auto begin = logits[static_cast<std::size_t>(row)].begin() +
+                       static_cast<std::ptrdiff_t>(static_cast<std::size_t>(position) * V);
+    return std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(V));
+  });
+}
+
 TEST_CASE("an impossible size fails with a clear out-of-memory line", "[chapters]") {
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     // 65536 prompts of 1000 tokens: GPT-2 small's activations alone need hundreds of GB.

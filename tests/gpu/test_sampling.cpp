@@ -86,7 +86,7 @@ TEST_CASE("launch_argmax_step picks torch.argmax's token, ties to the smallest i
       buffers.output_tokens.poison();
       buffers.finished.upload(std::vector<std::int32_t>(B, 0));
 
-      launch_argmax_step(logits_device.get(), buffers.next_tokens.get(), buffers.finished.get(),
+      launch_argmax_step(logits_device.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
                          buffers.all_finished.get(), buffers.output_tokens.get(), B, V, step,
                          max_steps, eos_id, stream.get());
       stream.synchronize();
@@ -134,7 +134,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
     const test::DeviceArray<float> step_0(
         logits_with_winners(rng, V, {5, eos_id, 7, eos_id, eos_id}));
     buffers.all_finished.poison();
-    launch_argmax_step(step_0.get(), buffers.next_tokens.get(), buffers.finished.get(),
+    launch_argmax_step(step_0.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
                        buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
                        eos_id, stream.get());
     stream.synchronize();
@@ -146,7 +146,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
     // Step 1: row 2 emits EOS; every other row emits something else and stays finished.
     const test::DeviceArray<float> step_1(logits_with_winners(rng, V, {3, 4, eos_id, 6, 0}));
     buffers.all_finished.poison();
-    launch_argmax_step(step_1.get(), buffers.next_tokens.get(), buffers.finished.get(),
+    launch_argmax_step(step_1.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
                        buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
                        eos_id, stream.get());
     stream.synchronize();
@@ -173,7 +173,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
 
     const test::DeviceArray<float> step_0(logits_with_winners(rng, V, winners));
     buffers.all_finished.poison();
-    launch_argmax_step(step_0.get(), buffers.next_tokens.get(), buffers.finished.get(),
+    launch_argmax_step(step_0.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
                        buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
                        eos_id, stream.get());
     stream.synchronize();
@@ -182,7 +182,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
     winners[straggler] = eos_id;
     const test::DeviceArray<float> step_1(logits_with_winners(rng, V, winners));
     buffers.all_finished.poison();
-    launch_argmax_step(step_1.get(), buffers.next_tokens.get(), buffers.finished.get(),
+    launch_argmax_step(step_1.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
                        buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
                        eos_id, stream.get());
     stream.synchronize();
@@ -191,30 +191,85 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
   }
 }
 
+TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int B = 3, V = 101, max_steps = 5, eos_id = 9;
+  StepBuffers buffers(B, max_steps);
+  buffers.output_tokens.poison();
+  buffers.finished.upload(std::vector<std::int32_t>(B, 0));
+  // Row 1 is forced to EOS at step 2; the argmax winners are never the forced tokens.
+  const std::vector<std::int32_t> forced = {1, 2,  3,      4, 5,   //
+                                            6, 7,  eos_id, 8, 10,  //
+                                            0, 11, 12,     13, 14};
+  const test::DeviceArray<std::int32_t> forced_device(forced);
+  for (int step = 0; step < 3; ++step) {
+    const test::DeviceArray<float> logits(logits_with_winners(rng, V, {50, 60, 70}));
+    launch_argmax_step(logits.get(), forced_device.get(), buffers.next_tokens.get(),
+                       buffers.finished.get(), buffers.all_finished.get(),
+                       buffers.output_tokens.get(), B, V, step, max_steps, eos_id, stream.get());
+    stream.synchronize();
+    CHECK(buffers.next_tokens.download() ==
+          std::vector<std::int32_t>{forced[step], forced[5 + step], forced[10 + step]});
+  }
+  CHECK(buffers.finished.download() == std::vector<std::int32_t>{0, 1, 0});
+  CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{0});
+  CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{1, 2,  3,      -1, -1,  //
+                                                                      6, 7,  eos_id, -1, -1,  //
+                                                                      0, 11, 12,     -1, -1});
+}
+
+TEST_CASE("launch_argmax_step with a device cursor reads the step and advances it",
+          "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int B = 2, V = 33, max_steps = 3, eos_id = 32;
+  StepBuffers buffers(B, max_steps);
+  buffers.output_tokens.poison();
+  buffers.finished.upload(std::vector<std::int32_t>(B, 0));
+  test::DeviceArray<DecodePosition> cursor(std::vector<DecodePosition>{{0, 7}});
+  const std::vector<std::vector<std::int32_t>> winners = {{4, 5}, {6, 7}, {8, 9}, {10, 11}};
+  for (const auto& step_winners : winners) {  // one step more than there are columns
+    const test::DeviceArray<float> logits(logits_with_winners(rng, V, step_winners));
+    launch_argmax_step(logits.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
+                       buffers.all_finished.get(), buffers.output_tokens.get(), cursor.get(), B,
+                       V, max_steps, eos_id, stream.get());
+  }
+  stream.synchronize();
+  const DecodePosition final_cursor = cursor.download()[0];
+  CHECK(final_cursor.step == max_steps);     // the fourth step wrote nothing, moved nothing
+  CHECK(final_cursor.position == 7 + max_steps);
+  CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{4, 6, 8, 5, 7, 9});
+}
+
 TEST_CASE("launch_argmax_step rejects bad arguments", "[kernels]") {
   test::DeviceArray<float> logits(std::size_t{4} * 97);
   test::DeviceArray<std::int32_t> ints(std::size_t{4} * 8);
   const float* l = logits.get();
   std::int32_t* i = ints.get();
   // (logits, next_tokens, finished, all_finished, output_tokens, B, V, step, max_steps, eos_id)
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 0, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 0, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 0, 0, 8, 1, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, 0, 0, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 0, 0, 8, 1, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 0, 0, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, 8, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 8, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, i, 4, 97, -1, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, -1, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(nullptr, i, i, i, i, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(nullptr, nullptr, i, i, i, i, 4, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, nullptr, i, i, i, 4, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, nullptr, i, i, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, nullptr, i, i, 4, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, nullptr, i, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, nullptr, i, 4, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, i, i, i, nullptr, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, nullptr, 4, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
 }
 

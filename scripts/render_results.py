@@ -1,0 +1,652 @@
+#!/usr/bin/env python3
+"""scripts/render_results.py - the results tables, plots and README blocks, from one run's JSON.
+
+Reads a results directory written by scripts/run_ladder.sh:
+  NN_name.json, NN_name.sweep.json       the chapters' --json output (common/benchmark.cpp)
+  pytorch_<variant>.<precision>.json     scripts/pytorch_baseline.py's, same schema
+  run.json                               the run: gpu, driver, cuda, date, git commit, copy bandwidth
+and writes, always generated and never edited by hand:
+  <results>/summary.md                   every table, in ladder order (never sorted by speed)
+  docs/images/results_time_per_chapter.png, results_time_vs_n.png, results_batch_sweep.png
+  README.md, docs/results.md             the text between <!-- results:begin --> and
+                                         <!-- results:end -->
+  chapters/NN_name/README.md             the text between <!-- chapter-results:begin --> and
+                                         <!-- chapter-results:end -->, where a chapter has them:
+                                         that chapter's rows only
+
+The tables: per chapter and size, the median time, ms per step, tokens/s, speedup over
+chapter 01 and over the chapter before (same batch, new tokens and precision), the time as
+a multiple of the HBM floor (floor_s in the JSON: the bytes a step must move over the copy
+bandwidth measured in the same run), peak allocated and reserved bytes, fragmentation,
+allocations and host synchronisations per step, and whether the tokens equal chapter 01's
+(same token hash at the same batch and new tokens). The main table holds the batch with
+the most token counts (B = 32: N = 100, 200, 400), the second the batch sweep (N = 100:
+B = 1, 8, 32, 64); the PyTorch rows follow as their own block, where the speedups and the
+token check refer to the PyTorch naive variant of the same precision. Every block names
+the run it came from (date, GPU, commit). The same input gives the same output, byte for
+byte (the PNGs too, for one matplotlib version). Without matplotlib the plots are skipped
+with one line and the rest is written.
+
+    python3 scripts/render_results.py results/latest              # summary + README + docs
+    python3 scripts/render_results.py results/latest --no-docs    # summary.md only
+    python3 scripts/render_results.py /tmp/fake --root /tmp/tree  # into another checkout
+"""
+import argparse
+import json
+import pathlib
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+from pytorch_baseline import VARIANTS, format_bytes
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
+CHAPTER_BEGIN, CHAPTER_END = "<!-- chapter-results:begin -->", "<!-- chapter-results:end -->"
+PLOTS = {
+    "time_per_chapter": "results_time_per_chapter.png",
+    "time_vs_n": "results_time_vs_n.png",
+    "batch_sweep": "results_batch_sweep.png",
+}
+PYTORCH_ORDER = [variant.chapter for variant in VARIANTS]
+PRECISION_ORDER = ["fp32", "tf32"]
+PREFERRED_BATCH = 32       # the SPEC's main batch, when the data leaves a choice
+PREFERRED_NEW_TOKENS = 100  # the SPEC's batch-sweep length, likewise
+
+
+# ---------------------------------------------------------------- loading
+
+@dataclass
+class Report:
+    """One chapter (or PyTorch variant) at one precision: every configuration it ran."""
+    chapter: str
+    title: str
+    precision: str
+    device: str
+    copy_bandwidth: float
+    framework: dict
+    rows: dict = field(default_factory=dict)   # (batch, new_tokens) -> configuration
+    failures: list = field(default_factory=list)  # (size or None, error)
+
+    @property
+    def is_pytorch(self) -> bool:
+        return self.chapter.startswith("pytorch_")
+
+    @property
+    def label(self) -> str:
+        if self.is_pytorch:
+            return self.title.split(": ", 1)[-1] if self.title.startswith("PyTorch") else self.title
+        number = self.chapter.split("_", 1)[0]
+        return f"{number} {self.title}"
+
+    def order(self):
+        precision = (PRECISION_ORDER.index(self.precision) if self.precision in PRECISION_ORDER
+                     else len(PRECISION_ORDER), self.precision)
+        if self.is_pytorch:
+            position = (PYTORCH_ORDER.index(self.chapter) if self.chapter in PYTORCH_ORDER
+                        else len(PYTORCH_ORDER))
+            return (1, precision, position, self.chapter)
+        return (0, precision, 0, self.chapter)
+
+
+def fail(message: str):
+    raise SystemExit(f"render_results.py: error: {message}")
+
+
+def load_results(directory: pathlib.Path):
+    """(run information, ladder reports in order, PyTorch reports in order)."""
+    if not directory.is_dir():
+        fail(f"'{directory}' is not a directory")
+    run = {}
+    run_file = directory / "run.json"
+    if run_file.exists():
+        try:
+            run = json.loads(run_file.read_text())
+        except ValueError as error:
+            fail(f"{run_file}: not JSON ({error})")
+    reports = {}
+    for path in sorted(directory.glob("*.json")):
+        if path.name == "run.json":
+            continue
+        try:
+            document = json.loads(path.read_text())
+        except ValueError as error:
+            fail(f"{path}: not JSON ({error})")
+        if not isinstance(document, dict) or "chapter" not in document or "configurations" not in document:
+            print(f"render_results.py: {path.name}: no 'chapter' and 'configurations': ignored",
+                  file=sys.stderr)
+            continue
+        key = (document["chapter"], document.get("precision", "fp32"))
+        report = reports.get(key)
+        if report is None:
+            report = reports[key] = Report(
+                chapter=document["chapter"], title=document.get("title", document["chapter"]),
+                precision=key[1], device=document.get("device", ""),
+                copy_bandwidth=document.get("copy_bandwidth_bytes_per_s") or 0.0,
+                framework=document.get("framework") or {})
+        for configuration in document["configurations"]:
+            # The main file sorts before its .sweep file: a size in both keeps the first.
+            report.rows.setdefault((configuration["batch"], configuration["new_tokens"]), configuration)
+        for failure in document.get("failed_configurations") or []:
+            report.failures.append(((failure.get("batch"), failure.get("new_tokens")),
+                                    str(failure.get("error", "failed"))))
+        if document.get("error") and not document.get("failed_configurations"):
+            report.failures.append((None, str(document["error"])))
+    ordered = sorted(reports.values(), key=Report.order)
+    ladder = [report for report in ordered if not report.is_pytorch]
+    pytorch = [report for report in ordered if report.is_pytorch]
+    if not ladder and not pytorch:
+        fail(f"no results in '{directory}' (expected the chapters' JSON files)")
+    return run, ladder, pytorch
+
+
+# ---------------------------------------------------------------- choosing the tables
+
+def main_batch(reports) -> int:
+    """The batch run at the most token counts (the SPEC's B = 32 with N = 100, 200, 400)."""
+    counts = {}
+    for report in reports:
+        for batch, new_tokens in report.rows:
+            counts.setdefault(batch, set()).add(new_tokens)
+    return max(counts, key=lambda b: (len(counts[b]), b == PREFERRED_BATCH, b)) if counts else 0
+
+
+def sweep_new_tokens(reports) -> int:
+    """The token count run at the most batches (the SPEC's batch sweep at N = 100)."""
+    counts = {}
+    for report in reports:
+        for batch, new_tokens in report.rows:
+            counts.setdefault(new_tokens, set()).add(batch)
+    if not counts:
+        return 0
+    best = max(counts, key=lambda n: (len(counts[n]), n == PREFERRED_NEW_TOKENS, -n))
+    return best if len(counts[best]) > 1 else 0
+
+
+@dataclass
+class Layout:
+    batch: int        # of the main table
+    new_tokens: int   # of the batch sweep (0: no sweep)
+
+    def main_sizes(self, report):
+        return sorted(key for key in report.rows if key[0] == self.batch)
+
+    def sweep_sizes(self, report):
+        if not self.new_tokens:
+            return []
+        return sorted((key for key in report.rows if key[1] == self.new_tokens),
+                      key=lambda key: key[0])
+
+    def other_sizes(self, report):
+        shown = set(self.main_sizes(report)) | set(self.sweep_sizes(report))
+        return sorted(key for key in report.rows if key not in shown)
+
+
+# ---------------------------------------------------------------- formatting
+
+def milliseconds(seconds: float) -> str:
+    value = seconds * 1e3
+    if value >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def ratio(value) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f}×" if value < 10 else f"{value:.1f}×"
+
+
+def optional(value, digits: int) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def bandwidth_text(bytes_per_second) -> str:
+    return f"{bytes_per_second * 1e-12:.2f} TB/s" if bytes_per_second else "not recorded"
+
+
+class Comparisons:
+    """Speedups and token checks: against the group's first report (chapter 01, or PyTorch
+    naive) and the report before, at the same size and precision."""
+
+    def __init__(self, reports):
+        self.reports = reports
+
+    def _same_precision(self, report):
+        return [other for other in self.reports if other.precision == report.precision]
+
+    def reference(self, report):
+        group = self._same_precision(report)
+        return group[0] if group else None
+
+    def previous(self, report, size):
+        group = self._same_precision(report)
+        index = group.index(report)
+        for other in reversed(group[:index]):
+            if size in other.rows:
+                return other
+        return None
+
+    def speedups(self, report, size):
+        median = report.rows[size]["median_s"]
+        reference = self.reference(report)
+        over_reference = None
+        if reference is not None and size in reference.rows and median > 0:
+            over_reference = reference.rows[size]["median_s"] / median
+        previous = self.previous(report, size)
+        over_previous = previous.rows[size]["median_s"] / median if previous and median > 0 else None
+        return over_reference, over_previous
+
+    def tokens_match(self, report, size) -> str:
+        reference = self.reference(report)
+        if reference is report:
+            return "ref"
+        if reference is None or size not in reference.rows:
+            return "—"
+        mine, theirs = report.rows[size].get("token_hash"), reference.rows[size].get("token_hash")
+        if not mine or not theirs:
+            return "—"
+        return "yes" if mine == theirs else "**no**"
+
+
+def table(reports, sizes_of, comparisons, reference_name: str) -> list:
+    header = ["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
+              f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
+              "alloc/step", "syncs/step", f"tokens = {reference_name}"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if index < 2 else "--:" for index in range(len(header))) + "|"]
+    for report in reports:
+        for index, size in enumerate(sizes_of(report)):
+            row = report.rows[size]
+            over_reference, over_previous = comparisons.speedups(report, size)
+            floor = row.get("floor_s") or 0.0
+            cells = [
+                escape(report.label) if index == 0 else "",
+                report.precision if index == 0 else "",
+                str(row["batch"]), str(row["new_tokens"]), str(row["steps"]),
+                milliseconds(row["median_s"]), f"{row['ms_per_step']:.3f}",
+                f"{row['tokens_per_s']:,.0f}",
+                ratio(over_reference), ratio(over_previous),
+                ratio(row["median_s"] / floor if floor > 0 else None),
+                format_bytes(row["peak_allocated_bytes"]), format_bytes(row["peak_reserved_bytes"]),
+                f"{100 * row['fragmentation']:.0f}%",
+                optional(row.get("allocations_per_step"), 1),
+                optional(row.get("host_syncs_per_step"), 2),
+                comparisons.tokens_match(report, size),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def failure_lines(reports) -> list:
+    """One line per report and error: the sizes that failed with it, then the error."""
+    lines = []
+    for report in reports:
+        sizes_by_error = {}
+        for size, error in report.failures:
+            sizes_by_error.setdefault(error, []).append(size)
+        for error, sizes in sizes_by_error.items():
+            where = ", ".join(f"B = {size[0]}, N = {size[1]}" for size in sizes if size)
+            lines.append(f"- {escape(report.label)} ({report.precision})"
+                         + (f", {where}" if where else "") + f": {escape(error)}")
+    return lines
+
+
+def batches_at(reports, sizes_of) -> set:
+    return {size[0] for report in reports for size in sizes_of(report)}
+
+
+# ---------------------------------------------------------------- the run and the blocks
+
+def timed_runs(reports) -> str:
+    counts = sorted({len(row.get("seconds", [])) for report in reports for row in report.rows.values()})
+    if not counts:
+        return "?"
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+def run_line(run: dict, reports, results_name: str) -> str:
+    gpu = run.get("gpu") or (reports[0].device.split(" | ")[0] if reports else "unknown GPU")
+    details = [f"driver {run['driver']}" if run.get("driver") else "",
+               f"CUDA {run['cuda']}" if run.get("cuda") else ""]
+    details = ", ".join(detail for detail in details if detail)
+    commit = run.get("git_commit") or "unknown"
+    dirty = " with uncommitted changes" if run.get("git_dirty") else ""
+    bandwidth = run.get("copy_bandwidth_bytes_per_s")
+    if not bandwidth:  # no run.json: the chapters' own measurements
+        measured = [report.copy_bandwidth for report in reports if report.copy_bandwidth]
+        bandwidth = statistics.median(measured) if measured else None
+    text = (f"Run of {run.get('date', 'an unknown date')} on **{gpu}**"
+            + (f" ({details})" if details else "")
+            + f", commit `{commit}`{dirty}; device-to-device copy bandwidth measured in the run: "
+            + f"{bandwidth_text(bandwidth)}. Results: `{results_name}`.")
+    return text
+
+
+def workload_line(ladder, pytorch) -> str:
+    return ("Workload: GPT-2 small, fp32 weights (random, fixed seed), prompts holding only BOS, "
+            "greedy decoding, stop once every row has produced EOS; "
+            f"medians of {timed_runs(ladder + pytorch)} timed runs after a warm-up. "
+            "× 01 and × prev: speedup over chapter 01 and over the chapter above, at the same "
+            "size; × floor: time over the HBM floor; tokens = 01: same token hash as chapter 01.")
+
+
+def pytorch_note(pytorch) -> str:
+    versions = next((r.framework for r in pytorch if r.framework), {})
+    made_with = ", ".join(f"{name} {versions[name]}" for name in ("torch", "transformers")
+                          if versions.get(name))
+    compile_mode = next((r.framework.get("compile_mode") for r in pytorch
+                         if r.framework.get("compile_mode")), None)
+    return ("Hugging Face `GPT2LMHeadModel` on the same GPU and workload, by "
+            "`scripts/pytorch_baseline.py`" + (f" ({made_with})" if made_with else "") + ". "
+            "fp32: TF32 off, as the chapters; tf32: the seed's setting "
+            "(`set_float32_matmul_precision('high')`). Its weights are transformers' own random "
+            "initialisation, not the chapters' numbers: compare time and memory with the chapters, "
+            "tokens only between PyTorch rows (tokens = naive: same hash as PyTorch naive at the "
+            "same precision; × naive: speedup over it). Memory includes the model's weights "
+            "(about 0.5 GB), which the chapters' allocators do not hold; syncs/step counts the "
+            "loop's own waits."
+            + (f" torch.compile mode: `{compile_mode}`." if compile_mode else ""))
+
+
+def tables_markdown(run, ladder, pytorch, layout, level: int, results_name: str) -> list:
+    heading = "#" * level
+    ladder_comparisons = Comparisons(ladder)
+    pytorch_comparisons = Comparisons(pytorch)
+    lines = [run_line(run, ladder + pytorch, results_name), "", workload_line(ladder, pytorch), ""]
+    if ladder:
+        lines += [f"{heading} The ladder at B = {layout.batch}", ""]
+        lines += table(ladder, layout.main_sizes, ladder_comparisons, "01") + [""]
+        if len(batches_at(ladder, layout.sweep_sizes)) > 1:
+            lines += [f"{heading} Batch sweep at N = {layout.new_tokens}", ""]
+            lines += table(ladder, layout.sweep_sizes, ladder_comparisons, "01") + [""]
+        if any(layout.other_sizes(r) for r in ladder):
+            lines += [f"{heading} Other sizes", ""]
+            lines += table(ladder, layout.other_sizes, ladder_comparisons, "01") + [""]
+        failures = failure_lines(ladder)
+        if failures:
+            lines += ["Failed:", ""] + failures + [""]
+    if pytorch:
+        lines += [f"{heading} PyTorch side by side", "", pytorch_note(pytorch), ""]
+        lines += table(pytorch, layout.main_sizes, pytorch_comparisons, "naive") + [""]
+        if len(batches_at(pytorch, layout.sweep_sizes)) > 1:
+            lines += [f"PyTorch, batch sweep at N = {layout.new_tokens}:", ""]
+            lines += table(pytorch, layout.sweep_sizes, pytorch_comparisons, "naive") + [""]
+        if any(layout.other_sizes(r) for r in pytorch):
+            lines += ["PyTorch, other sizes:", ""]
+            lines += table(pytorch, layout.other_sizes, pytorch_comparisons, "naive") + [""]
+        failures = failure_lines(pytorch)
+        if failures:
+            lines += ["Failed or skipped (the error each recorded):", ""] + failures + [""]
+    return lines
+
+
+def summary_markdown(run, ladder, pytorch, layout, results_name) -> str:
+    lines = ["# decode-ladder results", "",
+             "Generated by `scripts/render_results.py` from this directory's JSON: do not edit.", ""]
+    lines += tables_markdown(run, ladder, pytorch, layout, 2, results_name)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def generated_note(results_name: str) -> str:
+    return (f"<!-- generated by scripts/render_results.py from {results_name}: "
+            "edit the script, not this block -->")
+
+
+def compact_table(reports, layout, comparisons, reference_name) -> list:
+    """One line per report: the median time at each token count, as a multiple of the floor."""
+    token_counts = sorted({key[1] for report in reports for key in layout.main_sizes(report)})
+    header = (["chapter", "prec"] + [f"N = {n}" for n in token_counts]
+              + [f"× {reference_name} (N = {token_counts[-1]})", f"tokens = {reference_name}"])
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if index < 2 else "--:" for index in range(len(header))) + "|"]
+    for report in reports:
+        cells = [escape(report.label), report.precision]
+        for new_tokens in token_counts:
+            row = report.rows.get((layout.batch, new_tokens))
+            if row is None:
+                failed = any(size in (None, (layout.batch, new_tokens)) for size, _ in report.failures)
+                cells.append("failed" if failed else "—")
+                continue
+            floor = row.get("floor_s") or 0.0
+            multiple = f" ({row['median_s'] / floor:.1f}× floor)" if floor > 0 else ""
+            cells.append(f"{milliseconds(row['median_s'])} ms{multiple}")
+        last = (layout.batch, token_counts[-1])
+        cells.append(ratio(comparisons.speedups(report, last)[0]) if last in report.rows else "—")
+        checks = {comparisons.tokens_match(report, size) for size in layout.main_sizes(report)}
+        cells.append(checks.pop() if len(checks) == 1 else "**no**" if "**no**" in checks else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
+    lines = [generated_note(results_name), "", run_line(run, ladder + pytorch, results_name), ""]
+    lines.append(f"Median time of a whole generation at B = {layout.batch} (BOS prompts, GPT-2 "
+                 "small, random weights), and its multiple of the HBM floor:")
+    lines.append("")
+    if ladder:
+        lines += compact_table(ladder, layout, Comparisons(ladder), "01") + [""]
+    if pytorch:
+        lines += ["The seed's PyTorch variants (Hugging Face GPT-2) on the same GPU:", ""]
+        lines += compact_table(pytorch, layout, Comparisons(pytorch), "naive") + [""]
+    if "time_per_chapter" in plots:
+        lines += [f"![Time per chapter](docs/images/{PLOTS['time_per_chapter']})", ""]
+    lines.append("Every column, the batch sweep and the plots: [the results page](docs/results.md).")
+    return "\n".join(lines)
+
+
+def results_page_block(run, ladder, pytorch, layout, results_name, plots) -> str:
+    lines = [generated_note(results_name), ""]
+    lines += tables_markdown(run, ladder, pytorch, layout, 3, results_name)
+    captions = {
+        "time_per_chapter": "Median time per chapter at each N (log scale), with the HBM floor",
+        "time_vs_n": "Median time against N, one line per chapter, with the HBM floor",
+        "batch_sweep": "Tokens per second against the batch, with the floor's rate",
+    }
+    for name, caption in captions.items():
+        if name in plots:
+            lines += [f"![{caption}](images/{PLOTS[name]})", ""]
+    return "\n".join(lines).rstrip("\n")
+
+
+def chapter_block(run, report, ladder, layout, results_name) -> str:
+    comparisons = Comparisons(ladder)
+    lines = [generated_note(results_name), "", run_line(run, [report], results_name), ""]
+    lines += [f"At B = {layout.batch}:", ""]
+    lines += table([report], layout.main_sizes, comparisons, "01") + [""]
+    if len(batches_at([report], layout.sweep_sizes)) > 1:
+        lines += [f"Batch sweep at N = {layout.new_tokens}:", ""]
+        lines += table([report], layout.sweep_sizes, comparisons, "01") + [""]
+    return "\n".join(lines).rstrip("\n")
+
+
+# ---------------------------------------------------------------- plots
+
+def make_plots(ladder, pytorch, layout, images: pathlib.Path) -> set:
+    """The PNGs that could be drawn; one line and none without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        print("render_results.py: matplotlib is not installed: no plots "
+              "(apt-get install python3-matplotlib, or pip install matplotlib)", file=sys.stderr)
+        return set()
+    pyplot.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    images.mkdir(parents=True, exist_ok=True)
+    metadata = {"Software": None}  # no version string: the same data gives the same file
+    drawn = set()
+    colours = pyplot.get_cmap("tab10").colors
+    chapters = [report for report in ladder if report.precision == "fp32"] or ladder
+    baseline_pytorch = [report for report in pytorch if report.precision == "fp32"]
+    token_counts = sorted({key[1] for report in chapters + baseline_pytorch
+                           for key in layout.main_sizes(report)})
+
+    def floor_at(size):
+        for report in chapters + baseline_pytorch:
+            if size in report.rows and report.rows[size].get("floor_s"):
+                return report.rows[size]["floor_s"]
+        return None
+
+    groups = chapters + baseline_pytorch
+    if groups and token_counts:
+        labels = [r.label for r in chapters] + ["HBM floor"] + [f"PyTorch: {r.label}" for r in baseline_pytorch]
+        figure, axes = pyplot.subplots(figsize=(max(8, 0.9 * len(labels) + 2), 5))
+        width = 0.8 / len(token_counts)
+        for index, new_tokens in enumerate(token_counts):
+            size = (layout.batch, new_tokens)
+            values = ([r.rows[size]["median_s"] * 1e3 if size in r.rows else 0 for r in chapters]
+                      + [(floor_at(size) or 0) * 1e3]
+                      + [r.rows[size]["median_s"] * 1e3 if size in r.rows else 0 for r in baseline_pytorch])
+            positions = [x + (index - (len(token_counts) - 1) / 2) * width for x in range(len(labels))]
+            bars = axes.bar(positions, values, width, label=f"N = {new_tokens}", color=colours[index % 10])
+            bars[len(chapters)].set_hatch("//")  # the floor is a bound, not a measurement
+            bars[len(chapters)].set_edgecolor("black")
+        for separator in (len(chapters) - 0.5, len(chapters) + 0.5):
+            axes.axvline(separator, color="grey", linewidth=0.8)
+        axes.set_xticks(range(len(labels)))
+        axes.set_xticklabels(labels, rotation=30, ha="right")
+        axes.set_yscale("log")
+        axes.set_ylabel("median time (ms, log scale)")
+        axes.set_title(f"Time per chapter, B = {layout.batch}, fp32"
+                       + (" (PyTorch rows: Hugging Face GPT-2, fp32)" if baseline_pytorch else ""))
+        axes.legend()
+        figure.tight_layout()
+        figure.savefig(images / PLOTS["time_per_chapter"], dpi=110, metadata=metadata)
+        pyplot.close(figure)
+        drawn.add("time_per_chapter")
+
+    if chapters and len(token_counts) > 1:
+        figure, axes = pyplot.subplots(figsize=(7, 4.5))
+        for index, report in enumerate(chapters):
+            sizes = [size for size in layout.main_sizes(report)]
+            axes.plot([size[1] for size in sizes], [report.rows[s]["median_s"] * 1e3 for s in sizes],
+                      marker="o", color=colours[index % 10], label=report.label)
+        floors = [(n, floor_at((layout.batch, n))) for n in token_counts]
+        floors = [(n, value) for n, value in floors if value]
+        if floors:
+            axes.plot([n for n, _ in floors], [value * 1e3 for _, value in floors], "k--",
+                      label="HBM floor")
+        axes.set_yscale("log")
+        axes.set_xticks(token_counts)
+        axes.set_xlabel("new tokens N")
+        axes.set_ylabel("median time (ms, log scale)")
+        axes.set_title(f"Time against N, B = {layout.batch}, fp32")
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(images / PLOTS["time_vs_n"], dpi=110, metadata=metadata)
+        pyplot.close(figure)
+        drawn.add("time_vs_n")
+
+    batches = sorted({key[0] for report in chapters for key in layout.sweep_sizes(report)})
+    if chapters and len(batches) > 1:
+        figure, axes = pyplot.subplots(figsize=(7, 4.5))
+        for index, report in enumerate(chapters):
+            sizes = layout.sweep_sizes(report)
+            axes.plot([size[0] for size in sizes], [report.rows[s]["tokens_per_s"] for s in sizes],
+                      marker="o", color=colours[index % 10], label=report.label)
+        floor_rates = []
+        for batch in batches:
+            size = (batch, layout.new_tokens)
+            row = next((r.rows[size] for r in chapters if size in r.rows), None)
+            if row and row.get("floor_s"):
+                floor_rates.append((batch, row["batch"] * row["steps"] / row["floor_s"]))
+        if floor_rates:
+            axes.plot([b for b, _ in floor_rates], [rate for _, rate in floor_rates], "k--",
+                      label="HBM floor's rate")
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xticks(batches)
+        axes.set_xticklabels([str(b) for b in batches])
+        axes.set_xlabel("batch B")
+        axes.set_ylabel("tokens per second (log scale)")
+        axes.set_title(f"Batch sweep at N = {layout.new_tokens}, fp32")
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(images / PLOTS["batch_sweep"], dpi=110, metadata=metadata)
+        pyplot.close(figure)
+        drawn.add("batch_sweep")
+    return drawn
+
+
+# ---------------------------------------------------------------- writing
+
+def marker_line(marker: str):
+    """A marker counts only alone on its line, so prose may name it."""
+    return re.compile(r"^[ \t]*" + re.escape(marker) + r"[ \t]*$", re.MULTILINE)
+
+
+def has_markers(text: str, begin: str) -> bool:
+    return marker_line(begin).search(text) is not None
+
+
+def replace_between(path: pathlib.Path, begin: str, end: str, content: str) -> bool:
+    """Replaces the lines between the markers; False (and one line) when they are missing."""
+    text = path.read_text()
+    start = marker_line(begin).search(text)
+    stop = marker_line(end).search(text, start.end()) if start else None
+    if not start or not stop:
+        print(f"render_results.py: {path}: no {begin} ... {end} lines: left as it is",
+              file=sys.stderr)
+        return False
+    updated = text[:start.end()] + "\n" + content.rstrip("\n") + "\n" + text[stop.start():]
+    if updated != text:
+        path.write_text(updated)
+    return True
+
+
+def display_name(directory: pathlib.Path, root: pathlib.Path) -> str:
+    try:
+        return directory.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return directory.name
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="render_results.py", description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=pathlib.Path, help="the results directory (e.g. results/latest)")
+    parser.add_argument("--root", type=pathlib.Path, default=REPOSITORY,
+                        help="the checkout whose README.md, docs/ and chapters/ to update "
+                             "(default: this one)")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="write summary.md only: no plots, README.md and docs untouched")
+    args = parser.parse_args(argv)
+
+    run, ladder, pytorch = load_results(args.results)
+    layout = Layout(batch=main_batch(ladder or pytorch), new_tokens=sweep_new_tokens(ladder or pytorch))
+    results_name = display_name(args.results, args.root)
+    summary = args.results / "summary.md"
+    summary.write_text(summary_markdown(run, ladder, pytorch, layout, results_name))
+    written = [summary]
+    if not args.no_docs:
+        plots = make_plots(ladder, pytorch, layout, args.root / "docs" / "images")
+        written += [args.root / "docs" / "images" / PLOTS[name] for name in sorted(plots)]
+        readme = args.root / "README.md"
+        if replace_between(readme, RESULTS_BEGIN, RESULTS_END,
+                           readme_block(run, ladder, pytorch, layout, results_name, plots)):
+            written.append(readme)
+        page = args.root / "docs" / "results.md"
+        if page.exists() and replace_between(
+                page, RESULTS_BEGIN, RESULTS_END,
+                results_page_block(run, ladder, pytorch, layout, results_name, plots)):
+            written.append(page)
+        for report in ladder:
+            chapter_readme = args.root / "chapters" / report.chapter / "README.md"
+            if report.precision != "fp32" or not chapter_readme.exists():
+                continue
+            if has_markers(chapter_readme.read_text(), CHAPTER_BEGIN) and replace_between(
+                    chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
+                    chapter_block(run, report, ladder, layout, results_name)):
+                written.append(chapter_readme)
+    for path in written:
+        print(f"render_results.py: wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
