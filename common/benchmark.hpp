@@ -42,7 +42,7 @@ struct BenchmarkRow {
   std::vector<double> seconds;  ///< one per timed run
   Summary time;
   AllocatorStats memory;        ///< of the last timed run
-  double allocations_per_step = 0;
+  double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
   double host_syncs_per_step = 0;
   double floor_seconds = 0;     ///< floor_bytes / measured copy bandwidth
   std::string token_hash;

@@ -242,7 +242,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
         row.steps = output.steps;
         row.memory = decoder->allocator().stats();
         row.allocations_per_step =
-            output.steps ? static_cast<double>(row.memory.allocations) / output.steps : 0;
+            output.steps ? static_cast<double>(output.loop_allocations) / output.steps : 0;
         row.host_syncs_per_step =
             output.steps ? static_cast<double>(output.host_syncs) / output.steps : 0;
         if (!options.quiet)

@@ -52,6 +52,7 @@ struct GenerationOutput {
   int steps = 0;                     ///< new tokens per row actually generated
   std::vector<std::int32_t> tokens;  ///< [batch, steps]
   std::int64_t host_syncs = 0;       ///< times the host waited for the GPU inside the loop
+  std::uint64_t loop_allocations = 0;  ///< allocator calls made inside the decode loop
 };
 
 /// Copies each step's logits to the host when a test asks for them (--dump-logits);

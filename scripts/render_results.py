@@ -291,9 +291,9 @@ def failure_lines(reports) -> list:
         for size, error in report.failures:
             sizes_by_error.setdefault(error, []).append(size)
         for error, sizes in sizes_by_error.items():
-            where = ", ".join(f"B = {size[0]}, N = {size[1]}" for size in sizes if size)
+            where = ", ".join(f"({size[0]}, {size[1]})" for size in sizes if size)
             lines.append(f"- {escape(report.label)} ({report.precision})"
-                         + (f", {where}" if where else "") + f": {escape(error)}")
+                         + (f" at (B, N) = {where}" if where else "") + f": {escape(error)}")
     return lines
 
 
@@ -479,6 +479,8 @@ def make_plots(ladder, pytorch, layout, images: pathlib.Path) -> set:
         return set()
     pyplot.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
     images.mkdir(parents=True, exist_ok=True)
+    for name in PLOTS.values():  # a plot this run cannot draw must not survive from an older one
+        (images / name).unlink(missing_ok=True)
     metadata = {"Software": None}  # no version string: the same data gives the same file
     drawn = set()
     colours = pyplot.get_cmap("tab10").colors
@@ -500,9 +502,9 @@ def make_plots(ladder, pytorch, layout, images: pathlib.Path) -> set:
         width = 0.8 / len(token_counts)
         for index, new_tokens in enumerate(token_counts):
             size = (layout.batch, new_tokens)
-            values = ([r.rows[size]["median_s"] * 1e3 if size in r.rows else 0 for r in chapters]
-                      + [(floor_at(size) or 0) * 1e3]
-                      + [r.rows[size]["median_s"] * 1e3 if size in r.rows else 0 for r in baseline_pytorch])
+            values = ([r.rows[size]["median_s"] * 1e3 if size in r.rows else float("nan") for r in chapters]
+                      + [(floor_at(size) or float("nan")) * 1e3]
+                      + [r.rows[size]["median_s"] * 1e3 if size in r.rows else float("nan") for r in baseline_pytorch])
             positions = [x + (index - (len(token_counts) - 1) / 2) * width for x in range(len(labels))]
             bars = axes.bar(positions, values, width, label=f"N = {new_tokens}", color=colours[index % 10])
             bars[len(chapters)].set_hatch("//")  # the floor is a bound, not a measurement

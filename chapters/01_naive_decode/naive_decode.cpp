@@ -68,6 +68,7 @@ class NaiveDecoder final : public ladder::Decoder {
 
     ladder::GenerationOutput output;
     output.batch = B;
+    const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
     int steps = 0;
     while (steps < max_new_tokens) {
       ladder::NvtxRange step_range("step");
@@ -103,6 +104,7 @@ class NaiveDecoder final : public ladder::Decoder {
       if (every_row_finished) break;
     }
 
+    output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
     output.tokens = ladder::download_generated_tokens(generated.as<std::int32_t>(), B,
                                                       max_new_tokens, steps, stream);
