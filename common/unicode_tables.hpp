@@ -6,11 +6,11 @@
 
 namespace ladder::unicode {
 
-/// General category L* (\p{L} in the pre-tokenizer regex).
+/// General category L* (`\p{L}` in the pre-tokenizer regex).
 bool is_letter(char32_t code_point);
-/// General category N* (\p{N}).
+/// General category N* (`\p{N}`).
 bool is_number(char32_t code_point);
-/// The White_Space property (\s): tab to carriage return, space, U+0085, U+00A0 and the
+/// The White_Space property (`\s`): tab to carriage return, space, U+0085, U+00A0 and the
 /// Unicode spaces and separators; not U+001C..U+001F.
 bool is_whitespace(char32_t code_point);
 

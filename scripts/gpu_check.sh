@@ -95,7 +95,8 @@ if wants bench; then
   mkdir -p "$out/results"
   for chapter in "$build"/chapters/[0-9][0-9]_*; do
     name=$(basename "$chapter")
-    if "$chapter" --json "$out/results/$name.json" > "$out/logs/$name.bench.log" 2>&1; then
+    # shellcheck disable=SC2086  # LADDER_BENCH_ARGS is a list of flags
+    if "$chapter" --json "$out/results/$name.json" ${LADDER_BENCH_ARGS:-} > "$out/logs/$name.bench.log" 2>&1; then
       note "bench $name: ok"
     else
       note "bench $name: FAILED"; tail -5 "$out/logs/$name.bench.log"

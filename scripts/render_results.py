@@ -596,7 +596,8 @@ def replace_between(path: pathlib.Path, begin: str, end: str, content: str) -> b
         print(f"render_results.py: {path}: no {begin} ... {end} lines: left as it is",
               file=sys.stderr)
         return False
-    updated = text[:start.end()] + "\n" + content.rstrip("\n") + "\n" + text[stop.start():]
+    # A blank line before the end marker keeps the block's last paragraph its own.
+    updated = text[:start.end()] + "\n" + content.rstrip("\n") + "\n\n" + text[stop.start():]
     if updated != text:
         path.write_text(updated)
     return True

@@ -1,16 +1,72 @@
 #!/usr/bin/env bash
-# scripts/run_ladder.sh - THE main job: builds every chapter and runs the whole ladder.
+# scripts/run_ladder.sh - THE main job: builds the chapters, runs the whole ladder and the
+# seed's PyTorch variants on the SPEC's workload, and prints the comparison table.
 #
-#   bash scripts/run_ladder.sh [chapter flags...]
+#   bash scripts/run_ladder.sh [RESULTS_DIR] [--quick] [--no-pytorch] [-- CHAPTER_FLAGS...]
 #
-# Builds (preset "native": the GPU in this machine; LADDER_PRESET overrides it), then
-# runs every chapter that exists, in ladder order, on the SPEC's default workload
-# (B = 32; N = 100, 200, 400) and prints their tables one after the other. Flags are
-# passed to every chapter (e.g. --new-tokens 100 --runs 3). Without a GPU the first
-# chapter says "no CUDA device found" and the job stops there.
+# 1. Builds (preset "native": the GPU in this machine; LADDER_PRESET overrides it).
+# 2. Runs every chapters/NN_name/ that has an executable, in ladder order, twice: at B = 32
+#    with N = 100, 200, 400, and for the batch sweep at B = 1, 8, 64 with N = 100 (B = 32,
+#    N = 100 comes from the first run). Each chapter measures the copy bandwidth itself and
+#    prints a progress line per run; its JSON goes to RESULTS_DIR/NN_name.json and
+#    NN_name.sweep.json.
+# 3. Writes RESULTS_DIR/run.json: GPU, driver, CUDA version, date, git commit (and whether the
+#    tree had uncommitted changes), the copy bandwidth the chapters measured.
+# 4. Runs scripts/pytorch_baseline.py into RESULTS_DIR when torch and transformers import
+#    (otherwise one line says why the PyTorch rows are skipped).
+# 5. Runs scripts/render_results.py: RESULTS_DIR/summary.md, docs/images/results_*.png, and
+#    the tables between the markers of README.md, docs/results.md and chapter READMEs.
+# 6. Prints the summary last.
+#
+# RESULTS_DIR defaults to results/latest. Options:
+#   --quick        N = 100 only, 3 timed runs, into results/quick; README and docs untouched
+#   --no-pytorch   no PyTorch rows
+#   -- FLAGS...    passed to every chapter run (e.g. -- --warmup 2)
+# Environment: LADDER_RUNS (timed runs per configuration, default 5; 3 with --quick),
+# LADDER_PRESET, LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g.
+# "--precision tf32 --compile-mode default"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the
+# batch sweep too). Without a GPU the first chapter says "no CUDA device found" and the job
+# stops there with its exit code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+error() { echo "run_ladder.sh: error: $*" >&2; exit 2; }
+
+out=""
+quick=0
+pytorch=1
+chapter_flags=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --no-pytorch) pytorch=0; shift ;;
+    --out) [ $# -ge 2 ] || error "--out needs a directory"; out=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; chapter_flags=("$@"); break ;;
+    -*) error "unknown option '$1' (chapter flags go after --; see --help)" ;;
+    *) [ -z "$out" ] || error "one results directory only ('$out', then '$1')"; out=$1; shift ;;
+  esac
+done
+runs=${LADDER_RUNS:-$([ $quick = 1 ] && echo 3 || echo 5)}
+[[ $runs =~ ^[1-9][0-9]*$ ]] || error "LADDER_RUNS must be a whole number >= 1, not '$runs'"
+out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
+main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
+command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
+
+# The tree as it is before this run adds results: which commit, and whether it was edited.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=false
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain -- . ':(exclude)results' 2>/dev/null)" ]; then
+  dirty=true
+fi
+
+# ---- build
+if ls .deps/*.deb >/dev/null 2>&1 && [ -z "${LADDER_DEPS_PREFIX:-}" ]; then
+  mkdir -p /tmp/ladder-deps  # headers for a machine without apt access, as gpu_check.sh does
+  for deb in .deps/*.deb; do dpkg -x "$deb" /tmp/ladder-deps; done
+  export LADDER_DEPS_PREFIX=/tmp/ladder-deps/usr
+fi
 bash scripts/install_dependencies.sh
 preset=${LADDER_PRESET:-native}
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -21,13 +77,90 @@ extra_configure=()
 cmake --preset "$preset" "${extra_configure[@]}" >/dev/null
 cmake --build --preset "$preset" --target chapters -j "$(nproc)"
 
-results=build/$preset/results
-mkdir -p "$results"
-for chapter in build/"$preset"/chapters/[0-9][0-9]_*; do
-  name=$(basename "$chapter")
-  echo
-  echo "=== $name"
-  "$chapter" --json "$results/$name.json" "$@"
+# ---- the chapters
+chapters=()
+for folder in chapters/[0-9][0-9]_*/; do
+  name=$(basename "$folder")
+  if [ -x "build/$preset/chapters/$name" ]; then
+    chapters+=("$name")
+  else
+    echo "run_ladder.sh: $name has no executable (no sources yet?): skipped"
+  fi
 done
+[ ${#chapters[@]} -gt 0 ] || error "no chapter executables in build/$preset/chapters"
+
+mkdir -p "$out"
+rm -f "$out"/[0-9][0-9]_*.json "$out"/pytorch_*.json "$out"/run.json "$out"/summary.md
+run_chapter() {  # name, label, chapter flags...
+  local name=$1 label=$2
+  shift 2
+  echo
+  echo "=== [$index/${#chapters[@]}] $name: $label, $runs timed runs"
+  local status=0
+  "build/$preset/chapters/$name" "$@" --runs "$runs" "${chapter_flags[@]}" || status=$?
+  if [ $status -eq 3 ]; then
+    exit 3  # no CUDA device: the chapter has said so in one line
+  elif [ $status -ne 0 ]; then
+    echo "run_ladder.sh: $name failed (exit $status): stopping" >&2
+    exit $status
+  fi
+}
+index=0
+for name in "${chapters[@]}"; do
+  index=$((index + 1))
+  run_chapter "$name" "B = 32, N = $main_tokens" --batch 32 --new-tokens "$main_tokens" \
+    --json "$out/$name.json"
+  run_chapter "$name" "batch sweep B = 1, 8, 64, N = 100" --batch 1,8,64 --new-tokens 100 \
+    --json "$out/$name.sweep.json"
+done
+
+# ---- the run
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/\1 (\2)/p' || true)
+RUN_GPU=${gpu%%, *} RUN_DRIVER=${gpu##*, } RUN_CUDA=$cuda RUN_COMMIT=$commit RUN_DIRTY=$dirty \
+RUN_PRESET=$preset RUN_RUNS=$runs RUN_DATE=$(date -u +"%Y-%m-%d %H:%M UTC") \
+python3 - "$out" <<'EOF'
+import json, os, pathlib, statistics, sys
+out = pathlib.Path(sys.argv[1])
+bandwidths = [json.loads(path.read_text()).get("copy_bandwidth_bytes_per_s", 0)
+              for path in sorted(out.glob("[0-9][0-9]_*.json"))]
+run = {
+    "date": os.environ["RUN_DATE"],
+    "gpu": os.environ["RUN_GPU"] or None,
+    "driver": os.environ["RUN_DRIVER"] or None,
+    "cuda": os.environ["RUN_CUDA"] or None,
+    "git_commit": os.environ["RUN_COMMIT"],
+    "git_dirty": os.environ["RUN_DIRTY"] == "true",
+    "copy_bandwidth_bytes_per_s": statistics.median(bandwidths) if bandwidths else None,
+    "preset": os.environ["RUN_PRESET"],
+    "timed_runs": int(os.environ["RUN_RUNS"]),
+}
+(out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+EOF
+
+# ---- PyTorch side by side
+if [ $pytorch = 1 ]; then
+  if why=$(python3 -c "import torch, transformers" 2>&1); then
+    pytorch_flags=(--out "$out" --new-tokens "$main_tokens" --runs "$runs")
+    read -r -a extra_pytorch <<< "${LADDER_PYTORCH_FLAGS:-}"
+    echo
+    echo "=== PyTorch: scripts/pytorch_baseline.py ${pytorch_flags[*]} ${extra_pytorch[*]}"
+    python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
+      echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
+    if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
+      python3 scripts/pytorch_baseline.py --out "$out" --batch 1,8,64 --new-tokens 100 \
+        --runs "$runs" --suffix sweep "${extra_pytorch[@]}" ||
+        echo "run_ladder.sh: the PyTorch batch sweep failed (exit $?)" >&2
+    fi
+  else
+    echo "run_ladder.sh: PyTorch rows skipped: python3 cannot import torch and transformers ($(echo "$why" | tail -1))"
+  fi
+fi
+
+# ---- the table
+render_flags=()
+[ $quick = 1 ] && render_flags+=(--no-docs)
+python3 scripts/render_results.py "$out" "${render_flags[@]}"
 echo
-echo "JSON results: $results/"
+echo "==== summary ($out/summary.md)"
+cat "$out/summary.md"
