@@ -77,19 +77,22 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
   out << "chapter " << header.chapter << " (" << header.title << ") | " << header.precision
       << " | weights: " << header.weights << " | prompts: " << header.prompts
       << " | allocator: " << header.allocator << "\n";
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s | %s\n",
-                "batch", "new", "steps", "mean s", "std s", "min s", "max s", "median s",
-                "ms/step", "tokens/s", "floor ms", "x floor", "peak alloc", "peak resv", "frag",
-                "alloc/", "syncs/", "tokens hash");
+  char line[640];
+  const char* heading =
+      "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s %7s %7s "
+      "%7s | %s\n";
+  std::snprintf(line, sizeof line, heading, "batch", "new", "steps", "mean s", "std s", "min s",
+                "max s", "median s", "ms/step", "tokens/s", "floor ms", "x floor", "peak alloc",
+                "peak resv", "frag", "alloc/", "syncs/", "kernel/", "copies/", "idle us",
+                "tokens hash");
   out << line;
-  std::snprintf(line, sizeof line, "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s |\n",
-                "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "step", "step");
+  std::snprintf(line, sizeof line, heading, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
+                "", "step", "step", "step", "step", "/step", "");
   out << line;
   for (const BenchmarkRow& row : rows) {
     std::snprintf(line, sizeof line,
-                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | %10s %10s %4.0f%% | %6.1f %6.2f | %s\n",
+                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
+                  "%10s %10s %4.0f%% | %6.1f %6.2f %7.1f %7.1f %7.1f | %s\n",
                   row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
                   row.time.max, row.time.median, row.milliseconds_per_step(),
                   row.tokens_per_second(), row.floor_seconds * 1e3,
@@ -97,7 +100,8 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                   short_bytes(row.memory.peak_allocated_bytes).c_str(),
                   short_bytes(row.memory.peak_reserved_bytes).c_str(),
                   100.0 * row.memory.fragmentation(), row.allocations_per_step,
-                  row.host_syncs_per_step, row.token_hash.c_str());
+                  row.host_syncs_per_step, row.kernels_per_step, row.copies_per_step,
+                  row.gpu_idle_per_step * 1e6, row.token_hash.c_str());
     out << line;
   }
   std::snprintf(line, sizeof line, "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
@@ -135,6 +139,9 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"driver_allocations", row.memory.driver_allocations},
         {"allocations_per_step", row.allocations_per_step},
         {"host_syncs_per_step", row.host_syncs_per_step},
+        {"kernels_per_step", row.kernels_per_step},
+        {"copies_per_step", row.copies_per_step},
+        {"gpu_idle_s_per_step", row.gpu_idle_per_step},
         {"token_hash", row.token_hash},
     });
   }

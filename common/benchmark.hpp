@@ -44,6 +44,9 @@ struct BenchmarkRow {
   AllocatorStats memory;        ///< of the last timed run
   double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
   double host_syncs_per_step = 0;
+  double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
+  double copies_per_step = 0;    ///< memcpy and memset operations per step, same run
+  double gpu_idle_per_step = 0;  ///< seconds the GPU sat idle per step, same run
   double floor_seconds = 0;     ///< floor_bytes / measured copy bandwidth
   std::string token_hash;
 

@@ -14,6 +14,7 @@
 #include "common/config.hpp"
 #include "common/cuda_check.hpp"
 #include "common/device_info.hpp"
+#include "common/gpu_activity.hpp"
 #include "common/nvtx.hpp"
 #include "common/tokenizer.hpp"
 #include "common/weights.hpp"
@@ -250,6 +251,17 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
                        program.c_str(), batch, new_tokens, run_index + 1, options.runs,
                        row.seconds.back(), output.steps);
         last_output = std::move(output);
+      }
+      {
+        // One more run, untimed, with CUPTI recording what the GPU ran and when.
+        NvtxRange range("traced run");
+        GpuActivityTrace trace;
+        const GenerationOutput traced = decoder->generate(prompts, new_tokens, no_logits);
+        const GpuActivitySummary activity = trace.collect();
+        const double steps = traced.steps > 0 ? traced.steps : 1;
+        row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
+        row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
+        row.gpu_idle_per_step = activity.idle_seconds() / steps;
       }
       row.time = summarize(row.seconds);
       row.token_hash = hash_string(first_hash);

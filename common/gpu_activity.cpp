@@ -1,0 +1,147 @@
+// common/gpu_activity.cpp - CUPTI activity tracing.
+#include "common/gpu_activity.hpp"
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+
+namespace ladder {
+
+namespace {
+
+#define CUPTI_CHECK(call)                                                              \
+  do {                                                                                 \
+    const CUptiResult ladder_status_ = (call);                                         \
+    if (ladder_status_ != CUPTI_SUCCESS) {                                             \
+      const char* ladder_text_ = nullptr;                                              \
+      cuptiGetResultString(ladder_status_, &ladder_text_);                             \
+      throw CudaError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + \
+                      #call + " failed: " + (ladder_text_ ? ladder_text_ : "?"));      \
+    }                                                                                  \
+  } while (0)
+
+constexpr std::size_t kBufferBytes = std::size_t{8} << 20;
+constexpr std::size_t kBufferAlignment = 8;
+
+/// CUPTI hands completed buffers to plain functions with no user pointer, so the
+/// records land here; GpuActivityTrace allows one tracer at a time to own them.
+struct RecordSink {
+  std::mutex mutex;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals;  // [start, end) ns
+  std::uint64_t kernels = 0, copies = 0, memsets = 0;
+  bool active = false;
+};
+
+RecordSink& sink() {
+  static RecordSink instance;
+  return instance;
+}
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
+                               std::size_t* max_records) {
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlignment, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid_bytes) {
+  RecordSink& records = sink();
+  std::lock_guard<std::mutex> lock(records.mutex);
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        records.intervals.emplace_back(kernel->start, kernel->end);
+        ++records.kernels;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        records.intervals.emplace_back(copy->start, copy->end);
+        ++records.copies;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* fill = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        records.intervals.emplace_back(fill->start, fill->end);
+        ++records.memsets;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+
+}  // namespace
+
+GpuActivityTrace::GpuActivityTrace() {
+  RecordSink& records = sink();
+  {
+    std::lock_guard<std::mutex> lock(records.mutex);
+    if (records.active) throw std::logic_error("only one GpuActivityTrace may exist at a time");
+    records.intervals.clear();
+    records.kernels = records.copies = records.memsets = 0;
+    records.active = true;
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+  for (CUpti_ActivityKind kind : kKinds) CUPTI_CHECK(cuptiActivityEnable(kind));
+}
+
+GpuActivityTrace::~GpuActivityTrace() {
+  for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  RecordSink& records = sink();
+  std::lock_guard<std::mutex> lock(records.mutex);
+  records.active = false;
+}
+
+GpuActivitySummary GpuActivityTrace::collect() {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  RecordSink& records = sink();
+  std::lock_guard<std::mutex> lock(records.mutex);
+  GpuActivitySummary summary;
+  summary.kernels = records.kernels;
+  summary.copies = records.copies;
+  summary.memsets = records.memsets;
+  auto& intervals = records.intervals;
+  if (intervals.empty()) return summary;
+  std::sort(intervals.begin(), intervals.end());
+  std::uint64_t busy = 0;
+  std::uint64_t current_start = intervals.front().first;
+  std::uint64_t current_end = intervals.front().second;
+  std::uint64_t last_end = current_end;
+  for (const auto& [start, end] : intervals) {
+    last_end = std::max(last_end, end);
+    if (start > current_end) {  // a gap: the GPU was idle in between
+      busy += current_end - current_start;
+      current_start = start;
+      current_end = end;
+    } else {
+      current_end = std::max(current_end, end);
+    }
+  }
+  busy += current_end - current_start;
+  summary.busy_seconds = static_cast<double>(busy) * 1e-9;
+  summary.span_seconds = static_cast<double>(last_end - intervals.front().first) * 1e-9;
+  return summary;
+}
+
+}  // namespace ladder

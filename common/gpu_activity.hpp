@@ -1,0 +1,36 @@
+// common/gpu_activity.hpp - what the GPU actually ran, from CUPTI activity records.
+//
+// Counts what the chapters change and a stopwatch cannot see: kernel launches per
+// step, memory copies per step, and the time the GPU sat idle between its work (the
+// host was waiting, or launching). CUPTI timestamps every kernel, copy and memset on
+// the device itself; the busy time is the union of those intervals, the idle time is
+// what is left of the span from the first start to the last end.
+#pragma once
+
+#include <cstdint>
+
+namespace ladder {
+
+struct GpuActivitySummary {
+  std::uint64_t kernels = 0;   ///< kernel launches that ran
+  std::uint64_t copies = 0;    ///< memcpy operations (any direction)
+  std::uint64_t memsets = 0;
+  double span_seconds = 0;     ///< first start to last end
+  double busy_seconds = 0;     ///< union of all activity intervals
+  double idle_seconds() const { return span_seconds - busy_seconds; }
+};
+
+/// Records GPU activity from construction until collect(). Only one may exist at a
+/// time in a process: CUPTI delivers its records to process-wide callbacks.
+class GpuActivityTrace {
+ public:
+  GpuActivityTrace();
+  ~GpuActivityTrace();
+  GpuActivityTrace(const GpuActivityTrace&) = delete;
+  GpuActivityTrace& operator=(const GpuActivityTrace&) = delete;
+
+  /// Synchronizes the device, flushes CUPTI's buffers and summarizes everything recorded.
+  GpuActivitySummary collect();
+};
+
+}  // namespace ladder
