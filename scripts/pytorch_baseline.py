@@ -11,8 +11,9 @@ workload and with the same timing rules, so their rows can sit in the same table
   dynamic                 Hugging Face's DynamicCache (past_key_values): one token per step,
                           the cache grows by concatenation
   expandable              the same, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  static                  transformers' StaticCache, allocated once for 1 + N positions;
-                          attention runs over the whole cache with a mask
+  static                  transformers' StaticCache, allocated once for 1 + N positions, the
+                          current position kept in device memory (transformers 5); attention
+                          runs over the whole cache with a mask
   compile                 the static cache, and the model's forward through torch.compile
                           (--compile-mode; default max-autotune-no-cudagraphs: no CUDA
                           graphs, as the seed's numbers imply); compilation happens in the
@@ -52,23 +53,26 @@ The floor (SPEC) is computed as the chapters compute it (common/benchmark.cpp
 floor_bytes) with the device-to-device copy bandwidth measured here the same way as
 common/device_info.cpp. The token hash is the chapters' FNV-1a over the [B, steps] ids.
 
-Each variant runs in a child process per precision and allocator setting: the allocator
-reads PYTORCH_CUDA_ALLOC_CONF once, when CUDA starts, and a failing or crashing variant
-(torch.compile errors, out of memory) then costs only its own rows. A failure is recorded
-in that variant's JSON ("error", "failed_configurations") and the other variants go on.
+The variants run in child processes, one per precision and allocator setting (the
+allocator reads PYTORCH_CUDA_ALLOC_CONF once, when CUDA starts; the expandable variant's
+JSON records whether its segments really were expandable). An exception (a torch.compile
+error, out of memory) is recorded in that variant's JSON ("error", "failed_configurations")
+and the rest goes on; a child that dies leaves the same record for the variants it had not
+finished. The compiled variants share one compiled forward per process.
 
 Output: one JSON file per variant and precision, <chapter>.<precision>.json in --out, in
 the schema of the chapters' --json (common/benchmark.cpp format_json), plus a few keys of
 its own (framework versions, compile mode, errors). A progress line per run goes to stderr.
 
-Usage (torch and transformers on a machine with a CUDA GPU; the default set takes a few
-minutes on an H200, most of it the naive variant at N = 400 and compilation):
+Written against torch 2.11 and transformers 5.17. Usage (on a machine with a CUDA GPU; the
+default set should take about 5 to 10 minutes on an H200, most of it the naive variant at
+N = 400 and max-autotune compilation: --compile-mode default compiles faster):
     python3 scripts/pytorch_baseline.py                     # every variant, fp32 and tf32
     python3 scripts/pytorch_baseline.py --quick             # smoke run: N = 8, one run
     python3 scripts/pytorch_baseline.py --variants static,compile --precision tf32 \\
         --batch 1,8,32,64 --new-tokens 100 --out /tmp/pt
-Exit status: 0 when every variant ran (failed variants are recorded, not fatal), 2 for a
-bad command line, 3 without a CUDA device, 4 without torch or transformers.
+Exit status: 0 when every child ran (failed variants are recorded, not fatal), 2 for a bad
+command line, 3 without a CUDA device, 4 without torch or transformers.
 """
 import argparse
 import gc
@@ -83,7 +87,6 @@ import traceback
 from dataclasses import dataclass
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
-EXIT_USAGE = 2
 EXIT_NO_CUDA_DEVICE = 3
 EXIT_NO_TORCH = 4
 DEVICE = "cuda"
@@ -202,8 +205,9 @@ def write_json(path: pathlib.Path, document: dict) -> None:
 
 
 def short_error(error: BaseException) -> str:
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    text = f"{type(error).__name__}: {lines[0] if lines else ''}".strip()
+    """The exception in one line for the JSON: its type and first lines (the log has the rest)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = f"{type(error).__name__}: {' '.join(lines[:3])}".strip()
     return text if len(text) <= 400 else text[:397] + "..."
 
 
@@ -541,6 +545,9 @@ class VariantRunner:
                 write_json(path, document)
         if document["failed_configurations"] and not document["configurations"]:
             document["error"] = document["failed_configurations"][0]["error"]
+        # Proof that the allocator read PYTORCH_CUDA_ALLOC_CONF: its segments say how they grow.
+        document["framework"]["expandable_segments"] = any(
+            segment.get("is_expandable", False) for segment in torch.cuda.memory_snapshot())
         document["complete"] = True
         write_json(path, document)
 

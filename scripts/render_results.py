@@ -254,10 +254,17 @@ class Comparisons:
         return "yes" if mine == theirs else "**no**"
 
 
-def table(reports, sizes_of, comparisons, reference_name: str) -> list:
-    header = ["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
-              f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
-              "alloc/step", "syncs/step", f"tokens = {reference_name}"]
+def has_trace(reports) -> bool:
+    """Whether the chapters traced a run (CUPTI): kernels and GPU idle time per step."""
+    return any("kernels_per_step" in row for report in reports for row in report.rows.values())
+
+
+def table(reports, sizes_of, comparisons, reference_name: str, trace: bool) -> list:
+    header = (["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
+               f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
+               "alloc/step", "syncs/step"]
+              + (["kernels/step", "idle µs/step"] if trace else [])
+              + [f"tokens = {reference_name}"])
     lines = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---" if index < 2 else "--:" for index in range(len(header))) + "|"]
     for report in reports:
@@ -277,8 +284,12 @@ def table(reports, sizes_of, comparisons, reference_name: str) -> list:
                 f"{100 * row['fragmentation']:.0f}%",
                 optional(row.get("allocations_per_step"), 1),
                 optional(row.get("host_syncs_per_step"), 2),
-                comparisons.tokens_match(report, size),
             ]
+            if trace:
+                idle = row.get("gpu_idle_s_per_step")
+                cells += [optional(row.get("kernels_per_step"), 1),
+                          optional(None if idle is None else idle * 1e6, 1)]
+            cells.append(comparisons.tokens_match(report, size))
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -356,30 +367,32 @@ def pytorch_note(pytorch) -> str:
 
 def tables_markdown(run, ladder, pytorch, layout, level: int, results_name: str) -> list:
     heading = "#" * level
+    trace = has_trace(ladder + pytorch)
     ladder_comparisons = Comparisons(ladder)
     pytorch_comparisons = Comparisons(pytorch)
     lines = [run_line(run, ladder + pytorch, results_name), "", workload_line(ladder, pytorch), ""]
     if ladder:
         lines += [f"{heading} The ladder at B = {layout.batch}", ""]
-        lines += table(ladder, layout.main_sizes, ladder_comparisons, "01") + [""]
+        lines += table(ladder, layout.main_sizes, ladder_comparisons, "01", trace) + [""]
         if len(batches_at(ladder, layout.sweep_sizes)) > 1:
             lines += [f"{heading} Batch sweep at N = {layout.new_tokens}", ""]
-            lines += table(ladder, layout.sweep_sizes, ladder_comparisons, "01") + [""]
+            lines += table(ladder, layout.sweep_sizes, ladder_comparisons, "01", trace) + [""]
         if any(layout.other_sizes(r) for r in ladder):
             lines += [f"{heading} Other sizes", ""]
-            lines += table(ladder, layout.other_sizes, ladder_comparisons, "01") + [""]
+            lines += table(ladder, layout.other_sizes, ladder_comparisons, "01", trace) + [""]
         failures = failure_lines(ladder)
         if failures:
             lines += ["Failed:", ""] + failures + [""]
     if pytorch:
         lines += [f"{heading} PyTorch side by side", "", pytorch_note(pytorch), ""]
-        lines += table(pytorch, layout.main_sizes, pytorch_comparisons, "naive") + [""]
+        if any(layout.main_sizes(r) for r in pytorch):
+            lines += table(pytorch, layout.main_sizes, pytorch_comparisons, "naive", trace) + [""]
         if len(batches_at(pytorch, layout.sweep_sizes)) > 1:
             lines += [f"PyTorch, batch sweep at N = {layout.new_tokens}:", ""]
-            lines += table(pytorch, layout.sweep_sizes, pytorch_comparisons, "naive") + [""]
+            lines += table(pytorch, layout.sweep_sizes, pytorch_comparisons, "naive", trace) + [""]
         if any(layout.other_sizes(r) for r in pytorch):
             lines += ["PyTorch, other sizes:", ""]
-            lines += table(pytorch, layout.other_sizes, pytorch_comparisons, "naive") + [""]
+            lines += table(pytorch, layout.other_sizes, pytorch_comparisons, "naive", trace) + [""]
         failures = failure_lines(pytorch)
         if failures:
             lines += ["Failed or skipped (the error each recorded):", ""] + failures + [""]
@@ -398,9 +411,8 @@ def generated_note(results_name: str) -> str:
             "edit the script, not this block -->")
 
 
-def compact_table(reports, layout, comparisons, reference_name) -> list:
+def compact_table(reports, layout, token_counts, comparisons, reference_name) -> list:
     """One line per report: the median time at each token count, as a multiple of the floor."""
-    token_counts = sorted({key[1] for report in reports for key in layout.main_sizes(report)})
     header = (["chapter", "prec"] + [f"N = {n}" for n in token_counts]
               + [f"× {reference_name} (N = {token_counts[-1]})", f"tokens = {reference_name}"])
     lines = ["| " + " | ".join(header) + " |",
@@ -426,14 +438,15 @@ def compact_table(reports, layout, comparisons, reference_name) -> list:
 
 def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
     lines = [generated_note(results_name), "", run_line(run, ladder + pytorch, results_name), ""]
-    lines.append(f"Median time of a whole generation at B = {layout.batch} (BOS prompts, GPT-2 "
-                 "small, random weights), and its multiple of the HBM floor:")
-    lines.append("")
-    if ladder:
-        lines += compact_table(ladder, layout, Comparisons(ladder), "01") + [""]
-    if pytorch:
+    token_counts = sorted({key[1] for report in ladder + pytorch for key in layout.main_sizes(report)})
+    if token_counts:
+        lines += [f"Median time of a whole generation at B = {layout.batch} (BOS prompts, GPT-2 "
+                  "small, random weights), and its multiple of the HBM floor:", ""]
+    if ladder and token_counts:
+        lines += compact_table(ladder, layout, token_counts, Comparisons(ladder), "01") + [""]
+    if pytorch and token_counts:
         lines += ["The seed's PyTorch variants (Hugging Face GPT-2) on the same GPU:", ""]
-        lines += compact_table(pytorch, layout, Comparisons(pytorch), "naive") + [""]
+        lines += compact_table(pytorch, layout, token_counts, Comparisons(pytorch), "naive") + [""]
     if "time_per_chapter" in plots:
         lines += [f"![Time per chapter](docs/images/{PLOTS['time_per_chapter']})", ""]
     lines.append("Every column, the batch sweep and the plots: [the results page](docs/results.md).")
@@ -456,12 +469,13 @@ def results_page_block(run, ladder, pytorch, layout, results_name, plots) -> str
 
 def chapter_block(run, report, ladder, layout, results_name) -> str:
     comparisons = Comparisons(ladder)
+    trace = has_trace([report])
     lines = [generated_note(results_name), "", run_line(run, [report], results_name), ""]
     lines += [f"At B = {layout.batch}:", ""]
-    lines += table([report], layout.main_sizes, comparisons, "01") + [""]
+    lines += table([report], layout.main_sizes, comparisons, "01", trace) + [""]
     if len(batches_at([report], layout.sweep_sizes)) > 1:
         lines += [f"Batch sweep at N = {layout.new_tokens}:", ""]
-        lines += table([report], layout.sweep_sizes, comparisons, "01") + [""]
+        lines += table([report], layout.sweep_sizes, comparisons, "01", trace) + [""]
     return "\n".join(lines).rstrip("\n")
 
 
