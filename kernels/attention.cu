@@ -1,5 +1,6 @@
 // kernels/attention.cu - causal self-attention (whole sequences) and decode attention
-// (one query against the KV cache), both with an online softmax; plus the KV append.
+// (one query against the KV cache), both with an online softmax; plus the writes into
+// the KV cache (one step's keys and values, or a whole prompt's).
 //
 // Notation and layouts: see attention.cuh. The common core is attend_chunk(): a warp
 // takes 32 key positions at a time, one per lane. Each lane computes its key's score
@@ -28,7 +29,7 @@ constexpr int kCausalWarpsPerBlock = 4;  // four consecutive queries of one (b, 
 constexpr int kCausalThreads = kCausalWarpsPerBlock * kWarpSize;
 constexpr int kDecodeWarpsPerBlock = 8;  // the warps of one (b, h) split the positions
 constexpr int kDecodeThreads = kDecodeWarpsPerBlock * kWarpSize;
-constexpr int kAppendThreads = 256;
+constexpr int kStoreThreads = 256;
 
 /// What one warp has accumulated over the key positions it has seen so far.
 struct OnlineSoftmax {
@@ -193,26 +194,31 @@ __global__ void decode_attention_kernel(const float* q, int q_row_stride, const 
   }
 }
 
-// Math:   keys[b, h, position, d] = qkv[b, C + h*D + d];
-//         values[b, h, position, d] = qkv[b, 2C + h*D + d].
-// Shapes: qkv [B, 3C], keys, values [B, H, capacity, D].
-// Grid:   a grid-stride loop over the B * C elements of one step's k (and v);
-//         element i is b = i / C, column c = i % C, i.e. h = c / D, d = c % D.
-__global__ void append_kv_kernel(const float* qkv, float* keys, float* values, int position,
-                                 int capacity, int B, int H, int C) {
+// Math:   keys[b, h, first_position + t, d]   = qkv[b, t, C + h*D + d];
+//         values[b, h, first_position + t, d] = qkv[b, t, 2C + h*D + d]     for t < T.
+// Shapes: qkv [B, T, 3C], keys, values [B, H, capacity, D]; T = 1 appends one step.
+// Grid:   a grid-stride loop over the B * T * C elements of the k (and v) thirds;
+//         element i is row r = i / C of qkv (b = r / T, t = r % T) and column
+//         c = i % C, i.e. h = c / D, d = c % D. Consecutive threads read consecutive
+//         columns of one qkv row and write consecutive d of one cache row.
+__global__ void store_kv_kernel(const float* qkv, float* keys, float* values, int first_position,
+                                int T, int capacity, int B, int H, int C) {
   const int D = C / H;
-  const std::size_t total = static_cast<std::size_t>(B) * C;
+  const std::size_t total = static_cast<std::size_t>(B) * T * C;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
-    const int b = static_cast<int>(i / C);
+    const std::size_t row = i / C;
+    const int b = static_cast<int>(row / T);
+    const int t = static_cast<int>(row % T);
     const int c = static_cast<int>(i % C);
     const int h = c / D;
     const int d = c % D;
-    const float* row = qkv + static_cast<std::size_t>(b) * 3 * C;
-    const std::size_t slot = ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
-    keys[slot] = row[C + c];
-    values[slot] = row[2 * C + c];
+    const float* qkv_row = qkv + row * 3 * C;
+    const std::size_t slot =
+        ((static_cast<std::size_t>(b) * H + h) * capacity + first_position + t) * D + d;
+    keys[slot] = qkv_row[C + c];
+    values[slot] = qkv_row[2 * C + c];
   }
 }
 
@@ -305,9 +311,32 @@ void launch_append_kv(const float* qkv, float* keys, float* values, int position
                                    std::to_string(capacity) + ")");
 
   const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
-  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kAppendThreads);
-  append_kv_kernel<<<blocks, kAppendThreads, 0, stream>>>(qkv, keys, values, position, capacity, B,
-                                                          H, C);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
+  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, position, /*T=*/1,
+                                                        capacity, B, H, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int first_position,
+                              int T, int capacity, int B, int H, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_store_kv_sequence";
+  launch_checks::require_not_null(kName, "qkv", qkv);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "T", T);
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_heads(kName, H, C);
+  if (first_position < 0 || static_cast<long long>(first_position) + T > capacity)
+    launch_checks::fail(kName, "positions " + std::to_string(first_position) + " .. " +
+                                   std::to_string(static_cast<long long>(first_position) + T - 1) +
+                                   " must lie in [0, " + std::to_string(capacity) + ")");
+
+  const std::size_t elements =
+      static_cast<std::size_t>(B) * static_cast<std::size_t>(T) * static_cast<std::size_t>(C);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
+  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, first_position, T,
+                                                        capacity, B, H, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // kernels/attention.cuh - causal multi-head self-attention, over whole sequences and
-// for one decode step against a KV cache.
+// for one decode step against a KV cache; and the writes that fill that cache.
 //
 // Notation: B batch rows, T tokens per row, C = n_embd, H heads, D = C / H (head
 // size, at most kMaxHeadDim), L valid cached positions, capacity cached positions
@@ -49,5 +49,16 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
 /// divisible by H, or position outside [0, capacity).
 void launch_append_kv(const float* qkv, float* keys, float* values, int position, int capacity,
                       int B, int H, int C, cudaStream_t stream);
+
+/// Stores the keys and values of T consecutive positions of every row (a prefill):
+///   keys[b, h, first_position + t, d]   = qkv[b, t, C + h*D + d],
+///   values[b, h, first_position + t, d] = qkv[b, t, 2C + h*D + d]   for t < T.
+/// qkv [B, T, 3C] (c_attn's output over the prompt), keys, values [B, H, capacity, D];
+/// cache positions outside first_position .. first_position + T - 1 are not touched.
+/// launch_append_kv is the case T = 1.
+/// Throws std::invalid_argument on a null pointer, B, T, H, C, capacity <= 0, C not
+/// divisible by H, first_position < 0, or first_position + T > capacity.
+void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int first_position,
+                              int T, int capacity, int B, int H, int C, cudaStream_t stream);
 
 }  // namespace ladder

@@ -1,10 +1,12 @@
 // tests/gpu/test_attention.cpp - kernels/attention (causal attention, decode attention,
-// KV append) against reference::causal_attention and reference::decode_attention.
+// KV append, KV store of a whole sequence) against reference::causal_attention,
+// reference::decode_attention and plain CPU loops.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -179,6 +181,133 @@ TEST_CASE("launch_append_kv writes exactly one position of the cache", "[kernels
   }
 }
 
+/// The bit pattern of a float, so that a poisoned (NaN) element compares exactly.
+std::uint32_t bits_of(float value) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+/// How many elements of `actual` differ bit for bit from `expected` (a size mismatch
+/// counts every element).
+std::size_t count_bit_mismatches(const std::vector<float>& actual,
+                                 const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return std::max(actual.size(), expected.size());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    if (bits_of(actual[i]) != bits_of(expected[i])) ++mismatches;
+  return mismatches;
+}
+
+TEST_CASE("launch_store_kv_sequence writes exactly positions first .. first + T - 1", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  for (const HeadShape shape : kHeadShapes) {
+    for (const int B : {1, 3}) {
+      for (const int T : {1, 7, 70}) {
+        for (const int first_position : {0, 5}) {
+          for (const int spare : {0, 3}) {
+            const int C = shape.C;
+            const int H = shape.H;
+            const int D = C / H;
+            const int capacity = first_position + T + spare;
+            CAPTURE(B, T, first_position, capacity, H, C);
+            const std::vector<float> qkv = random_qkv(rng, static_cast<std::size_t>(B) * T, C);
+            const test::DeviceArray<float> qkv_device(qkv);
+            const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
+            test::DeviceArray<float> keys(cache_size);
+            test::DeviceArray<float> values(cache_size);
+            keys.poison();
+            values.poison();
+
+            launch_store_kv_sequence(qkv_device.get(), keys.get(), values.get(), first_position, T,
+                                     capacity, B, H, C, stream.get());
+            stream.synchronize();
+
+            // Every position the call does not own keeps the poison's bit pattern.
+            std::vector<float> expected_keys(cache_size);
+            std::memset(expected_keys.data(), 0xFF, cache_size * sizeof(float));
+            std::vector<float> expected_values = expected_keys;
+            for (int b = 0; b < B; ++b) {
+              for (int t = 0; t < T; ++t) {
+                for (int h = 0; h < H; ++h) {
+                  for (int d = 0; d < D; ++d) {
+                    const std::size_t slot =
+                        ((static_cast<std::size_t>(b) * H + h) * capacity + first_position + t) *
+                            D +
+                        d;
+                    const std::size_t key_column = (static_cast<std::size_t>(b) * T + t) * 3 * C +
+                                                   C + static_cast<std::size_t>(h) * D + d;
+                    expected_keys[slot] = qkv[key_column];
+                    expected_values[slot] = qkv[key_column + C];
+                  }
+                }
+              }
+            }
+            CHECK(count_bit_mismatches(keys.download(), expected_keys) == 0);
+            CHECK(count_bit_mismatches(values.download(), expected_values) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The prefill's path: a prompt's keys and values stored at once, then each row's last
+// query attends over the cache; that must equal causal attention's last position. The
+// cache has spare positions beyond the prompt, poisoned: reading one shows as NaN.
+TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's last position",
+          "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  for (const HeadShape shape : kHeadShapes) {
+    for (const int B : {1, 3}) {
+      for (const int T : {1, 33, 130}) {
+        const int C = shape.C;
+        const int H = shape.H;
+        const int D = C / H;
+        const int capacity = T + 5;
+        CAPTURE(B, T, capacity, H, C);
+        const std::size_t rows = static_cast<std::size_t>(B) * T;
+        const std::vector<float> qkv = random_qkv(rng, rows, C);
+        const test::DeviceArray<float> qkv_device(qkv);
+        const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
+        test::DeviceArray<float> keys(cache_size);
+        test::DeviceArray<float> values(cache_size);
+        keys.poison();
+        values.poison();
+        test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
+        out.poison();
+
+        launch_store_kv_sequence(qkv_device.get(), keys.get(), values.get(), /*first_position=*/0,
+                                 T, capacity, B, H, C, stream.get());
+        // Row b's last query is qkv row b * T + T - 1: the queries lie T * 3C floats apart.
+        const float* last_queries = qkv_device.get() + static_cast<std::size_t>(T - 1) * 3 * C;
+        launch_decode_attention(last_queries, T * 3 * C, keys.get(), values.get(), out.get(), B,
+                                /*L=*/T, capacity, H, C, stream.get());
+        stream.synchronize();
+
+        std::vector<float> whole(rows * C);
+        reference::causal_attention(qkv.data(), whole.data(), B, T, H, C);
+        std::vector<float> expected(static_cast<std::size_t>(B) * C);
+        for (int b = 0; b < B; ++b) {
+          const std::size_t last_row = static_cast<std::size_t>(b) * T + T - 1;
+          std::copy(whole.begin() + static_cast<std::ptrdiff_t>(last_row * C),
+                    whole.begin() + static_cast<std::ptrdiff_t>((last_row + 1) * C),
+                    expected.begin() + static_cast<std::ptrdiff_t>(b) * C);
+        }
+        CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+      }
+    }
+  }
+}
+
 // A whole sequence two ways: causal attention at once, and token by token through the
 // cache (append_kv, then decode_attention over positions 0 .. t). Every cache length
 // from 1 to T is exercised, and the two kernels must agree on every output row.
@@ -279,6 +408,25 @@ TEST_CASE("attention launchers reject bad arguments", "[kernels]") {
   CHECK_THROWS_AS(launch_append_kv(in, nullptr, out, 0, 4, 1, 2, 64, nullptr),
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_append_kv(in, out, nullptr, 0, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  // store a sequence: (qkv, keys, values, first_position, T, capacity, B, H, C)
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 2, 3, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);  // first_position + T > capacity
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, -1, 2, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 0, 0, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 0, 2, 0, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 0, 2, 4, 0, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 0, 2, 4, 1, 3, 64, nullptr),
+                  std::invalid_argument);  // C % H != 0
+  CHECK_THROWS_AS(launch_store_kv_sequence(nullptr, out, out, 0, 2, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, nullptr, out, 0, 2, 4, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_store_kv_sequence(in, out, nullptr, 0, 2, 4, 1, 2, 64, nullptr),
                   std::invalid_argument);
 }
 

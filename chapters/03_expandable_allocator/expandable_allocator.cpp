@@ -1,0 +1,305 @@
+// chapters/03_expandable_allocator/expandable_allocator.cpp - rung 03: the same decode
+// loop as chapter 02, on an allocator whose segments grow in place.
+//
+// Nothing in the loop changes: every step still takes each layer's KV cache one
+// position longer from the allocator, copies the old one in and frees it. What
+// changes is where that memory comes from. Chapter 02's caching allocator carves
+// blocks out of fixed-size cudaMalloc segments; a cache that outgrew its block
+// cannot reuse it, and a segment cannot be given back while any block in it is
+// live, so reserved memory climbs far above what is allocated. The expandable
+// allocator (common/expandable_allocator.hpp; PyTorch's expandable_segments:True)
+// reserves one huge virtual address range and maps 2 MiB physical pages into it on
+// demand (cuMemCreate, cuMemMap, cuMemSetAccess): a segment grows in place, and a
+// freed block merges with its free neighbours instead of being stranded.
+//
+// Run:      build/release/chapters/03_expandable_allocator   (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/release/chapters/03_expandable_allocator
+//           --new-tokens 20   (the table's peak resv and frag against chapter 02's)
+//
+// Notation: B rows, T prompt tokens, L cached positions, C = n_embd, H heads,
+// D = C / H, V vocabulary.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/chapter_runner.hpp"
+#include "common/cuda_check.hpp"
+#include "common/cuda_stream.hpp"
+#include "common/nvtx.hpp"
+#include "kernels/attention.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/sampling.cuh"
+
+namespace {
+
+using ladder::DeviceBuffer;
+
+// NEW in chapter 02: per layer, the keys and values of every position so far.
+struct KvCache {
+  std::vector<DeviceBuffer> keys;    ///< per layer, [B, H, length, D]
+  std::vector<DeviceBuffer> values;  ///< per layer, [B, H, length, D]
+  int length = 0;                    ///< L: positions cached
+};
+
+class KvCacheDecoder final : public ladder::Decoder {
+ public:
+  KvCacheDecoder(const ladder::DeviceModel& model, const ladder::DecoderOptions& options)
+      : model_(model),
+        config_(model.config()),
+        eos_token_id_(options.eos_token_id),
+        // NEW in chapter 03: physical pages mapped into one reserved virtual range, on demand.
+        allocator_(ladder::make_device_allocator("expandable")),
+        stream_(),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
+        cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
+                options.allow_tf32) {}
+
+  ladder::DeviceAllocator& allocator() override { return *allocator_; }
+
+  ladder::GenerationOutput generate(const ladder::PromptBatch& prompts, int max_new_tokens,
+                                    ladder::LogitsRecorder& logits) override {
+    const int B = prompts.batch;
+    const cudaStream_t stream = stream_.get();
+    const int T = prompts.length;
+
+    // The prompts, [B, T]; only the prefill reads them.
+    DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
+    CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
+                               prompts.tokens.size() * sizeof(std::int32_t),
+                               cudaMemcpyHostToDevice, stream));
+    DeviceBuffer finished = allocate<std::int32_t>(B);
+    DeviceBuffer all_finished = allocate<std::int32_t>(1);
+    DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
+    CUDA_CHECK(cudaMemsetAsync(finished.as<void>(), 0, finished.bytes(), stream));
+    // Teacher forcing, for the tests only: ids to feed instead of the argmax, or null.
+    const DeviceBuffer forced =
+        ladder::upload_forced_tokens(*allocator_, prompts, max_new_tokens, stream);
+
+    ladder::GenerationOutput output;
+    output.batch = B;
+    const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
+    KvCache cache;
+    DeviceBuffer next_tokens;
+    int steps = 0;
+    while (steps < max_new_tokens) {
+      ladder::NvtxRange step_range("step");
+      // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+      // later step feeds only the tokens the step before chose, one per row.
+      DeviceBuffer step_logits = steps == 0
+                                     ? prefill(sequence.as<std::int32_t>(), B, T, cache)
+                                     : decode_step(next_tokens.as<std::int32_t>(), B, cache);
+      next_tokens = allocate<std::int32_t>(B);
+      ladder::launch_argmax_step(step_logits.as<float>(), forced.as<std::int32_t>(),
+                                 next_tokens.as<std::int32_t>(),
+                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
+                                 generated.as<std::int32_t>(), B, config_.vocab_size, steps,
+                                 max_new_tokens, eos_token_id_, stream);
+      logits.record(step_logits.as<float>(), B, config_.vocab_size, stream);
+      ++steps;
+
+      // The seed's stopping check: a blocking read of the flag after every step.
+      std::int32_t every_row_finished = 0;
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(),
+                                 sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      ++output.host_syncs;
+      if (every_row_finished) break;
+    }
+
+    output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
+    output.steps = steps;
+    output.tokens = ladder::download_generated_tokens(generated.as<std::int32_t>(), B,
+                                                      max_new_tokens, steps, stream);
+    return output;
+  }
+
+ private:
+  template <typename T>
+  DeviceBuffer allocate(std::size_t count) {
+    return DeviceBuffer(*allocator_, count * sizeof(T), stream_.get());
+  }
+
+  /// GPT-2 over the prompts [B, T]: returns the logits of each row's last position, [B, V],
+  /// and leaves every layer's keys and values of the T positions in `cache`.
+  DeviceBuffer prefill(const std::int32_t* tokens, int B, int T, KvCache& cache) {
+    ladder::NvtxRange prefill_range("prefill");
+    const cudaStream_t stream = stream_.get();
+    const int C = config_.n_embd;
+    const int rows = B * T;
+    const float eps = config_.layer_norm_epsilon;
+
+    DeviceBuffer hidden = allocate<float>(static_cast<std::size_t>(rows) * C);
+    ladder::launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(),
+                                      hidden.as<float>(), B, T, /*first_position=*/0, C, stream);
+    for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
+      const ladder::DeviceLayer layer = model_.layer(layer_index);
+      {
+        ladder::NvtxRange range("attention block");
+        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(rows) * C);
+        ladder::launch_layernorm(hidden.as<float>(), layer.ln_1_weight, layer.ln_1_bias,
+                                 normed.as<float>(), rows, C, eps, stream);
+        DeviceBuffer qkv = allocate<float>(static_cast<std::size_t>(rows) * 3 * C);
+        linear(normed.as<float>(), layer.qkv_weight, layer.qkv_bias, qkv.as<float>(), rows, C,
+               3 * C);
+        // NEW in chapter 02: this layer's keys and values of positions 0 .. T - 1 stay.
+        cache.keys.push_back(allocate<float>(static_cast<std::size_t>(rows) * C));
+        cache.values.push_back(allocate<float>(static_cast<std::size_t>(rows) * C));
+        ladder::launch_store_kv_sequence(qkv.as<float>(), cache.keys.back().as<float>(),
+                                         cache.values.back().as<float>(), /*first_position=*/0, T,
+                                         /*capacity=*/T, B, config_.n_head, C, stream);
+        DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(rows) * C);
+        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T,
+                                        config_.n_head, C, stream);
+        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
+        linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
+               projected.as<float>(), rows, C, C);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
+      }
+      {
+        ladder::NvtxRange range("mlp block");
+        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(rows) * C);
+        ladder::launch_layernorm(hidden.as<float>(), layer.ln_2_weight, layer.ln_2_bias,
+                                 normed.as<float>(), rows, C, eps, stream);
+        DeviceBuffer expanded = allocate<float>(static_cast<std::size_t>(rows) * 4 * C);
+        linear(normed.as<float>(), layer.fc_weight, layer.fc_bias, expanded.as<float>(), rows, C,
+               4 * C);
+        ladder::launch_gelu(expanded.as<float>(), expanded.as<float>(), rows, 4 * C, stream);
+        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
+        linear(expanded.as<float>(), layer.mlp_proj_weight, layer.mlp_proj_bias,
+               projected.as<float>(), rows, 4 * C, C);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
+      }
+    }
+    cache.length = T;
+
+    ladder::NvtxRange range("lm head");
+    // Only each row's last position predicts the next token.
+    DeviceBuffer last = allocate<float>(static_cast<std::size_t>(B) * C);
+    CUDA_CHECK(cudaMemcpy2DAsync(last.as<void>(), sizeof(float) * C,
+                                 hidden.as<float>() + static_cast<std::size_t>(T - 1) * C,
+                                 sizeof(float) * C * T, sizeof(float) * C, B,
+                                 cudaMemcpyDeviceToDevice, stream));
+    DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(B) * C);
+    ladder::launch_layernorm(last.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
+                             normed.as<float>(), B, C, eps, stream);
+    DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
+    ladder::launch_lm_head(cublas_, normed.as<float>(), model_.token_embedding(),
+                           logits.as<float>(), B, C, config_.vocab_size, stream);
+    return logits;
+  }
+
+  // NEW in chapter 02: a decode step, the same GPT-2 over ONE token per row.
+  /// GPT-2 over tokens [B], which sit at position L = cache.length: every layer appends
+  /// their keys and values to the cache and attends over all L + 1 positions. Returns
+  /// the logits, [B, V].
+  DeviceBuffer decode_step(const std::int32_t* tokens, int B, KvCache& cache) {
+    const cudaStream_t stream = stream_.get();
+    const int C = config_.n_embd;
+    const int H = config_.n_head;
+    const int L = cache.length;
+    const float eps = config_.layer_norm_epsilon;
+
+    DeviceBuffer hidden = allocate<float>(static_cast<std::size_t>(B) * C);
+    ladder::launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(),
+                                      hidden.as<float>(), B, /*T=*/1, /*first_position=*/L, C,
+                                      stream);
+    for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
+      const ladder::DeviceLayer layer = model_.layer(layer_index);
+      {
+        ladder::NvtxRange range("attention block");
+        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(B) * C);
+        ladder::launch_layernorm(hidden.as<float>(), layer.ln_1_weight, layer.ln_1_bias,
+                                 normed.as<float>(), B, C, eps, stream);
+        DeviceBuffer qkv = allocate<float>(static_cast<std::size_t>(B) * 3 * C);
+        linear(normed.as<float>(), layer.qkv_weight, layer.qkv_bias, qkv.as<float>(), B, C, 3 * C);
+        {
+          // The cache grows as Hugging Face's DynamicCache grows it (torch.cat): one
+          // position longer, the old L positions copied in, the new one written at L.
+          ladder::NvtxRange grow_range("grow kv cache");
+          cache.keys[layer_index] = one_position_longer(cache.keys[layer_index], B, L);
+          cache.values[layer_index] = one_position_longer(cache.values[layer_index], B, L);
+          ladder::launch_append_kv(qkv.as<float>(), cache.keys[layer_index].as<float>(),
+                                   cache.values[layer_index].as<float>(), /*position=*/L,
+                                   /*capacity=*/L + 1, B, H, C, stream);
+        }
+        DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(B) * C);
+        // The query is read in place from the q third of qkv (rows 3C apart).
+        ladder::launch_decode_attention(qkv.as<float>(), 3 * C, cache.keys[layer_index].as<float>(),
+                                        cache.values[layer_index].as<float>(), attended.as<float>(),
+                                        B, /*L=*/L + 1, /*capacity=*/L + 1, H, C, stream);
+        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(B) * C);
+        linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
+               projected.as<float>(), B, C, C);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), B, C, stream);
+      }
+      {
+        ladder::NvtxRange range("mlp block");
+        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(B) * C);
+        ladder::launch_layernorm(hidden.as<float>(), layer.ln_2_weight, layer.ln_2_bias,
+                                 normed.as<float>(), B, C, eps, stream);
+        DeviceBuffer expanded = allocate<float>(static_cast<std::size_t>(B) * 4 * C);
+        linear(normed.as<float>(), layer.fc_weight, layer.fc_bias, expanded.as<float>(), B, C,
+               4 * C);
+        ladder::launch_gelu(expanded.as<float>(), expanded.as<float>(), B, 4 * C, stream);
+        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(B) * C);
+        linear(expanded.as<float>(), layer.mlp_proj_weight, layer.mlp_proj_bias,
+               projected.as<float>(), B, 4 * C, C);
+        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), B, C, stream);
+      }
+    }
+    cache.length = L + 1;
+
+    ladder::NvtxRange range("lm head");
+    DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(B) * C);
+    ladder::launch_layernorm(hidden.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
+                             normed.as<float>(), B, C, eps, stream);
+    DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
+    ladder::launch_lm_head(cublas_, normed.as<float>(), model_.token_embedding(),
+                           logits.as<float>(), B, C, config_.vocab_size, stream);
+    return logits;
+  }
+
+  // NEW in chapter 02: torch.cat's copy. A new [B, H, L + 1, D] buffer from the allocator
+  // with the L positions of `cached` [B, H, L, D] copied in (position L is the caller's
+  // to write); assigning the result over `cached` frees the old buffer. Keys and values
+  // of every layer, every step: 2 * n_layer * B * L * C * 4 bytes copied per step.
+  DeviceBuffer one_position_longer(const DeviceBuffer& cached, int B, int L) {
+    const int C = config_.n_embd;
+    const int H = config_.n_head;
+    const std::size_t position_bytes = sizeof(float) * static_cast<std::size_t>(C / H);
+    DeviceBuffer longer = allocate<float>(static_cast<std::size_t>(B) * (L + 1) * C);
+    // B * H rows (one per row and head) of L positions each, into rows of L + 1 positions.
+    CUDA_CHECK(cudaMemcpy2DAsync(longer.as<void>(), position_bytes * (L + 1), cached.as<void>(),
+                                 position_bytes * L, position_bytes * L,
+                                 static_cast<std::size_t>(B) * H, cudaMemcpyDeviceToDevice,
+                                 stream_.get()));
+    return longer;
+  }
+
+  /// out = x W + b, as two launches: the matmul (cuBLAS), then the bias.
+  void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
+              int in_features, int out_features) {
+    ladder::launch_linear(cublas_, x, weight, out, rows, in_features, out_features, stream_.get());
+    ladder::launch_add_bias(out, bias, rows, out_features, stream_.get());
+  }
+
+  const ladder::DeviceModel& model_;
+  const ladder::Gpt2Config config_;
+  const int eos_token_id_;
+  std::unique_ptr<ladder::DeviceAllocator> allocator_;
+  ladder::CudaStream stream_;
+  DeviceBuffer cublas_workspace_;
+  ladder::CublasHandle cublas_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ladder::run_chapter(argc, argv, {"03_expandable_allocator", "expandable allocator"},
+                             ladder::make_decoder<KvCacheDecoder>);
+}
