@@ -25,7 +25,9 @@ namespace {
 constexpr int kDimsPerLane = kMaxHeadDim / kWarpSize;
 static_assert(kMaxHeadDim % kWarpSize == 0, "a head row is split evenly over the lanes");
 
-constexpr int kCausalWarpsPerBlock = 4;  // four consecutive queries of one (b, h)
+constexpr int kCausalQueriesPerBlock = 32;  // consecutive queries of one (b, h) share key tiles
+constexpr int kCausalWarpsPerBlock = 8;
+constexpr int kCausalQueriesPerWarp = kCausalQueriesPerBlock / kCausalWarpsPerBlock;
 constexpr int kCausalThreads = kCausalWarpsPerBlock * kWarpSize;
 constexpr int kDecodeWarpsPerBlock = 8;  // the warps of one (b, h) split the positions
 constexpr int kDecodeThreads = kDecodeWarpsPerBlock * kWarpSize;
@@ -90,45 +92,111 @@ __device__ __forceinline__ void attend_chunk(const float* query, const float* ke
 
 // Math:   out[b, t, h*D + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s[d], with
 //         q_t, k_s, v_s the head-h slices of qkv rows (b, t) and (b, s).
-// Shapes: qkv [B, T, 3C], out [B, T, C]; D = C / H <= kMaxHeadDim, D % kWidth == 0.
-// Grid:   one warp per (b, h, t), enumerated with t fastest: warp w of block x serves
-//         query index i = x * kCausalWarpsPerBlock + w, t = i % T, h = (i / T) % H,
-//         b = i / (T * H); a block's four queries are consecutive t of the same (b, h)
-//         (except across a row boundary), so they share keys and values through L1.
-//         The warp walks positions 0 .. t in chunks of 32.
-template <int kWidth>
-__global__ void causal_attention_kernel(const float* qkv, float* out, int B, int T, int H, int C) {
-  __shared__ __align__(16) float query_shared[kCausalWarpsPerBlock][kMaxHeadDim];
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int query_index = blockIdx.x * kCausalWarpsPerBlock + warp;
-  if (query_index >= B * H * T) return;  // whole warps leave; only warp-level sync follows
-  const int t = query_index % T;
-  const int h = (query_index / T) % H;
-  const int b = query_index / (T * H);
+// Shapes: qkv [B, T, 3C], out [B, T, C]; D = C / H <= kMaxHeadDim.
+// Grid:   one block per (b, h, tile of kCausalQueriesPerBlock consecutive queries):
+//         blockIdx.x = b * H + h, blockIdx.y = the query tile. The block stages its
+//         queries (scaled by 1 / sqrt(D)) in shared memory, then walks the keys in
+//         tiles of 32 positions: all threads copy a tile of keys and values into shared
+//         memory (coalesced rows), and each warp folds that tile into the online
+//         softmax of its kCausalQueriesPerWarp queries (one key per lane, as in
+//         attend_chunk). Every key and value row is read from memory once per block
+//         instead of once per query: at T = 400 that is 32 times fewer bytes, and
+//         this kernel is the O(T^2) part of the naive chapter.
+// Shared: queries [32][D], keys [32][D + 1] (the padding puts the 32 lanes' rows in 32
+//         different banks), values [32][D].
+__global__ void __launch_bounds__(kCausalThreads)
+    causal_attention_kernel(const float* qkv, float* out, int T, int H, int C) {
+  extern __shared__ float causal_shared[];
   const int D = C / H;
+  float* queries = causal_shared;
+  float* keys = queries + kCausalQueriesPerBlock * D;
+  float* values = keys + kWarpSize * (D + 1);
+  const int b = blockIdx.x / H;
+  const int h = blockIdx.x % H;
+  const int first_query = blockIdx.y * kCausalQueriesPerBlock;
+  const int last_query = min(first_query + kCausalQueriesPerBlock, T) - 1;
   const std::size_t row_stride = 3 * static_cast<std::size_t>(C);
-  const float* sequence = qkv + static_cast<std::size_t>(b) * T * row_stride;
+  const float* sequence = qkv + static_cast<std::size_t>(b) * T * row_stride + h * D;
 
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  float* query = query_shared[warp];
-  const float* query_row = sequence + static_cast<std::size_t>(t) * row_stride + h * D;
-  for (int d = lane; d < D; d += kWarpSize) query[d] = query_row[d] * scale;
-  __syncwarp();
-
-  OnlineSoftmax state;
-  const float* keys = sequence + C + h * D;
-  const float* values = sequence + 2 * C + h * D;
-  for (int first = 0; first <= t; first += kWarpSize)
-    attend_chunk<kWidth>(query, keys, values, row_stride, first, min(kWarpSize, t + 1 - first), D,
-                         lane, state);
-
-  float* out_row = out + (static_cast<std::size_t>(b) * T + t) * C + h * D;
-#pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int d = lane + i * kWarpSize;
-    if (d < D) out_row[d] = state.weighted_values[i] / state.running_sum;
+  for (int i = threadIdx.x; i < kCausalQueriesPerBlock * D; i += kCausalThreads) {
+    const int t = first_query + i / D;
+    queries[i] = t <= last_query ? sequence[static_cast<std::size_t>(t) * row_stride + i % D] * scale
+                                 : 0.0f;
   }
+
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  OnlineSoftmax state[kCausalQueriesPerWarp];
+  for (int first_key = 0; first_key <= last_query; first_key += kWarpSize) {
+    __syncthreads();  // the last tile is consumed (and, the first time, the queries staged)
+    for (int i = threadIdx.x; i < kWarpSize * D; i += kCausalThreads) {
+      const int row = i / D;
+      const int d = i % D;
+      const int s = first_key + row;
+      const float* source = sequence + static_cast<std::size_t>(s) * row_stride + d;
+      keys[row * (D + 1) + d] = s <= last_query ? source[C] : 0.0f;
+      values[row * D + d] = s <= last_query ? source[2 * C] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kCausalQueriesPerWarp; ++j) {
+      const int local = warp + j * kCausalWarpsPerBlock;
+      const int t = first_query + local;
+      if (t > last_query || first_key > t) continue;  // the same on every lane of the warp
+      const int count = min(kWarpSize, t + 1 - first_key);
+      const bool has_key = lane < count;
+      float score = -INFINITY;
+      if (has_key) {
+        const float* query = queries + local * D;
+        const float* key = keys + lane * (D + 1);
+        float partial[4] = {};
+        int d = 0;
+        for (; d + 4 <= D; d += 4) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) partial[k] += query[d + k] * key[d + k];
+        }
+        for (; d < D; ++d) partial[0] += query[d] * key[d];
+        score = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+      }
+      // count >= 1, so lane 0 holds a real score and new_max is finite.
+      OnlineSoftmax& mine = state[j];
+      const float new_max = fmaxf(mine.running_max, warp_max(score));
+      const float probability = has_key ? expf(score - new_max) : 0.0f;
+      const float rescale = expf(mine.running_max - new_max);  // 0 on the first tile
+      mine.running_sum = mine.running_sum * rescale + warp_sum(probability);
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) mine.weighted_values[i] *= rescale;
+      for (int s = 0; s < count; ++s) {
+        const float p = __shfl_sync(kFullWarpMask, probability, s);
+        const float* value = values + s * D;
+#pragma unroll
+        for (int i = 0; i < kDimsPerLane; ++i) {
+          const int d = lane + i * kWarpSize;
+          if (d < D) mine.weighted_values[i] += p * value[d];
+        }
+      }
+      mine.running_max = new_max;
+    }
+  }
+
+#pragma unroll
+  for (int j = 0; j < kCausalQueriesPerWarp; ++j) {
+    const int t = first_query + warp + j * kCausalWarpsPerBlock;
+    if (t > last_query) continue;
+    float* out_row = out + (static_cast<std::size_t>(b) * T + t) * C + h * D;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + i * kWarpSize;
+      if (d < D) out_row[d] = state[j].weighted_values[i] / state[j].running_sum;
+    }
+  }
+}
+
+std::size_t causal_attention_shared_bytes(int D) {
+  return sizeof(float) * (static_cast<std::size_t>(kCausalQueriesPerBlock) * D +
+                          static_cast<std::size_t>(kWarpSize) * (D + 1) +
+                          static_cast<std::size_t>(kWarpSize) * D);
 }
 
 // Math:   out[b, h*D + d] = sum_{s < L} softmax_s(q_b . k_s / sqrt(D)) v_s[d], with
@@ -247,18 +315,17 @@ void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, 
   launch_checks::require_positive(kName, "B", B);
   launch_checks::require_positive(kName, "T", T);
   check_head_size(kName, H, C);
-  const long long queries = static_cast<long long>(B) * H * T;
-  launch_checks::require(queries <= 0x7fffffff, kName, "B * H * T must fit in an int");
+  const long long heads = static_cast<long long>(B) * H;
+  launch_checks::require(heads <= 0x7fffffff, kName, "B * H must fit in an int");
 
-  const unsigned int blocks =
-      static_cast<unsigned int>((queries + kCausalWarpsPerBlock - 1) / kCausalWarpsPerBlock);
-  // Packed key reads need every key row 16-byte aligned: D % 4 == 0 (so C % 4 == 0 too).
-  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(qkv);
-  if (packed) {
-    causal_attention_kernel<4><<<blocks, kCausalThreads, 0, stream>>>(qkv, out, B, T, H, C);
-  } else {
-    causal_attention_kernel<1><<<blocks, kCausalThreads, 0, stream>>>(qkv, out, B, T, H, C);
-  }
+  const dim3 blocks(static_cast<unsigned int>(heads),
+                    static_cast<unsigned int>((T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock));
+  const std::size_t shared_bytes = causal_attention_shared_bytes(C / H);
+  // Above 48 KiB (D > 96) a kernel must opt in to more dynamic shared memory.
+  CUDA_CHECK(cudaFuncSetAttribute(causal_attention_kernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(shared_bytes)));
+  causal_attention_kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -24,7 +24,8 @@ constexpr int kMaxHeadDim = 128;
 /// Causal attention over whole sequences: for every b, h and query t,
 ///   out[b, t, head h] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s,
 /// q_t, k_s, v_s the head-h slices of qkv rows (b, t) and (b, s).
-/// qkv [B, T, 3C], out [B, T, C]. One warp per (b, h, t).
+/// qkv [B, T, 3C], out [B, T, C]. One block per (b, h, 32 consecutive queries), which
+/// share every key and value tile through shared memory.
 /// Throws std::invalid_argument on a null pointer, B, T, H, C <= 0, C not divisible by
 /// H, or D > kMaxHeadDim.
 void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, int C,
