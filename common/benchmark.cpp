@@ -104,6 +104,16 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                   row.gpu_idle_per_step * 1e6, row.token_hash.c_str());
     out << line;
   }
+  for (const BenchmarkRow& row : rows) {
+    if (row.matmul_seconds_per_step < 0 || row.steps == 0) continue;
+    const double step = row.time.median / row.steps;
+    std::snprintf(line, sizeof line,
+                  "batch %d, %d new tokens: the step's matmuls alone take %.3f ms; the whole step "
+                  "%.3f ms, %+.0f%% on top of them\n",
+                  row.batch, row.new_tokens, row.matmul_seconds_per_step * 1e3, step * 1e3,
+                  100.0 * (step / row.matmul_seconds_per_step - 1.0));
+    out << line;
+  }
   std::snprintf(line, sizeof line, "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
                 header.copy_bandwidth * 1e-12);
   out << line;
@@ -142,6 +152,9 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"kernels_per_step", row.kernels_per_step},
         {"copies_per_step", row.copies_per_step},
         {"gpu_idle_s_per_step", row.gpu_idle_per_step},
+        {"matmul_s_per_step", row.matmul_seconds_per_step >= 0
+                                  ? nlohmann::json(row.matmul_seconds_per_step)
+                                  : nlohmann::json(nullptr)},
         {"token_hash", row.token_hash},
     });
   }

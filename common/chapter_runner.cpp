@@ -263,6 +263,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
         row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
         row.gpu_idle_per_step = activity.idle_seconds() / steps;
       }
+      row.matmul_seconds_per_step = decoder->matmul_seconds_per_step(batch);
       row.time = summarize(row.seconds);
       row.token_hash = hash_string(first_hash);
       row.floor_seconds = floor_bytes(plan.config, batch, prompts.length, row.steps) / bandwidth;

@@ -83,6 +83,14 @@ class Decoder {
                                     LogitsRecorder& logits) = 0;
   /// The allocator the decode loop takes its memory from (its statistics fill the table).
   virtual DeviceAllocator& allocator() = 0;
+  /// The matrix products of one decode step alone, run back to back with the same
+  /// shapes and handles as the loop, in seconds per step (median of several repeats);
+  /// chapters that report how much of a step is matmul override this. Negative: not
+  /// measured.
+  virtual double matmul_seconds_per_step(int batch) {
+    static_cast<void>(batch);
+    return -1.0;
+  }
 };
 
 /// Copies the first `steps` columns of the device's generated ids [batch, capacity]
