@@ -17,16 +17,18 @@ namespace {
 constexpr int kEmbeddingThreads = 256;
 
 // Math:   out[r, c] = wte[tokens[r], c] + wpe[p(r), c], where p(r) = positions[r] when
-//         positions is given, else first_position + r % tokens_per_row (rows are a
-//         [B, T] block flattened, T = tokens_per_row, so r % T is the token's t).
-// Shapes: tokens [rows], positions [rows] or null, wte [V, C], wpe [n_positions, C],
-//         out [rows, C]; C % kWidth == 0.
+//         positions is given, else cursor->position when a cursor is given, else
+//         first_position + r % tokens_per_row (rows are a [B, T] block flattened,
+//         T = tokens_per_row, so r % T is the token's t).
+// Shapes: tokens [rows], positions [rows] or null, cursor [1] or null, wte [V, C],
+//         wpe [n_positions, C], out [rows, C]; C % kWidth == 0.
 // Grid:   a grid-stride loop over the rows * C / kWidth packs of out; pack i is
 //         row i / (C / kWidth), columns kWidth * (i % (C / kWidth)) onwards.
 template <int kWidth>
 __global__ void embedding_kernel(const std::int32_t* tokens, const std::int32_t* positions,
-                                 int first_position, int tokens_per_row, const float* wte,
-                                 const float* wpe, float* out, int rows, int C) {
+                                 const DecodePosition* cursor, int first_position,
+                                 int tokens_per_row, const float* wte, const float* wpe, float* out,
+                                 int rows, int C) {
   const std::size_t packs_per_row = static_cast<std::size_t>(C / kWidth);
   const std::size_t total = static_cast<std::size_t>(rows) * packs_per_row;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
@@ -35,8 +37,9 @@ __global__ void embedding_kernel(const std::int32_t* tokens, const std::int32_t*
     const int row = static_cast<int>(i / packs_per_row);
     const std::size_t pack = i % packs_per_row;
     const int token = tokens[row];
-    const int position =
-        positions != nullptr ? positions[row] : first_position + row % tokens_per_row;
+    const int position = positions != nullptr ? positions[row]
+                         : cursor != nullptr  ? cursor->position
+                                              : first_position + row % tokens_per_row;
     const PackedFloats<kWidth> token_part =
         load_packed<kWidth>(wte + static_cast<std::size_t>(token) * C, pack);
     const PackedFloats<kWidth> position_part =
@@ -48,10 +51,11 @@ __global__ void embedding_kernel(const std::int32_t* tokens, const std::int32_t*
   }
 }
 
-// Both launchers end here: one place picks the packed or the scalar path.
+// Every launcher ends here: one place picks the packed or the scalar path.
 void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* positions,
-                             int first_position, int tokens_per_row, const float* wte,
-                             const float* wpe, float* out, int rows, int C, cudaStream_t stream) {
+                             const DecodePosition* cursor, int first_position, int tokens_per_row,
+                             const float* wte, const float* wpe, float* out, int rows, int C,
+                             cudaStream_t stream) {
   const bool packed = C % 4 == 0 && launch_checks::is_16_byte_aligned(wte) &&
                       launch_checks::is_16_byte_aligned(wpe) &&
                       launch_checks::is_16_byte_aligned(out);
@@ -60,10 +64,10 @@ void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* pos
   const unsigned int blocks = launch_checks::grid_stride_blocks(packs, kEmbeddingThreads);
   if (packed) {
     embedding_kernel<4><<<blocks, kEmbeddingThreads, 0, stream>>>(
-        tokens, positions, first_position, tokens_per_row, wte, wpe, out, rows, C);
+        tokens, positions, cursor, first_position, tokens_per_row, wte, wpe, out, rows, C);
   } else {
     embedding_kernel<1><<<blocks, kEmbeddingThreads, 0, stream>>>(
-        tokens, positions, first_position, tokens_per_row, wte, wpe, out, rows, C);
+        tokens, positions, cursor, first_position, tokens_per_row, wte, wpe, out, rows, C);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -80,7 +84,7 @@ void launch_embedding(const std::int32_t* tokens, const std::int32_t* positions,
   launch_checks::require_not_null(kName, "out", out);
   launch_checks::require_positive(kName, "rows", rows);
   launch_checks::require_positive(kName, "C", C);
-  launch_embedding_kernel(tokens, positions, 0, 1, wte, wpe, out, rows, C, stream);
+  launch_embedding_kernel(tokens, positions, nullptr, 0, 1, wte, wpe, out, rows, C, stream);
 }
 
 void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, const float* wpe,
@@ -97,7 +101,22 @@ void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, con
   launch_checks::require(first_position >= 0, kName, "first_position must be >= 0");
   launch_checks::require(static_cast<long long>(B) * T <= 0x7fffffff, kName,
                          "B * T must fit in an int");
-  launch_embedding_kernel(tokens, nullptr, first_position, T, wte, wpe, out, B * T, C, stream);
+  launch_embedding_kernel(tokens, nullptr, nullptr, first_position, T, wte, wpe, out, B * T, C,
+                          stream);
+}
+
+void launch_embedding_at_cursor(const std::int32_t* tokens, const DecodePosition* cursor,
+                                const float* wte, const float* wpe, float* out, int B, int C,
+                                cudaStream_t stream) {
+  constexpr const char* kName = "launch_embedding_at_cursor";
+  launch_checks::require_not_null(kName, "tokens", tokens);
+  launch_checks::require_not_null(kName, "cursor", cursor);
+  launch_checks::require_not_null(kName, "wte", wte);
+  launch_checks::require_not_null(kName, "wpe", wpe);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "B", B);
+  launch_checks::require_positive(kName, "C", C);
+  launch_embedding_kernel(tokens, nullptr, cursor, 0, 1, wte, wpe, out, B, C, stream);
 }
 
 }  // namespace ladder

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/decode_position.cuh"
+
 namespace ladder {
 
 /// Each row has its own position: out[r, :] = wte[tokens[r], :] + wpe[positions[r], :]
@@ -29,5 +31,15 @@ void launch_embedding(const std::int32_t* tokens, const std::int32_t* positions,
 void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, const float* wpe,
                                float* out, int B, int T, int first_position, int C,
                                cudaStream_t stream);
+
+/// One decode step whose position lives in device memory (see decode_position.cuh):
+/// every row feeds its token at the same position, read on the device,
+///   out[b, :] = wte[tokens[b], :] + wpe[cursor->position, :]   for b < B.
+/// tokens [B], out [B, C]. Nothing that changes between steps is passed from the host,
+/// so the launch can be captured once in a CUDA graph and replayed.
+/// Throws std::invalid_argument on a null pointer or B, C <= 0.
+void launch_embedding_at_cursor(const std::int32_t* tokens, const DecodePosition* cursor,
+                                const float* wte, const float* wpe, float* out, int B, int C,
+                                cudaStream_t stream);
 
 }  // namespace ladder

@@ -1,4 +1,5 @@
-// kernels/layernorm.cuh - LayerNorm over the last dimension.
+// kernels/layernorm.cuh - LayerNorm over the last dimension, alone or fused with the
+// residual add that precedes it.
 //
 //   out[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * weight + bias
 //
@@ -10,11 +11,29 @@
 
 namespace ladder {
 
+/// The longest row launch_residual_layernorm accepts (every GPT-2 size; the largest,
+/// GPT-2 XL, has C = 1600).
+constexpr int kMaxResidualLayernormC = 2048;
+
 /// LayerNorm of each of the `rows` rows of x into out (out may equal x: in place).
 /// One warp per row; two passes over the row (mean, then the sum of squared
 /// deviations) keep the variance accurate even when the mean is large.
 /// Throws std::invalid_argument on a null pointer, rows, C <= 0, or eps < 0 or not finite.
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
                       int C, float eps, cudaStream_t stream);
+
+/// The residual add and the LayerNorm that follows it, fused: for each row r,
+///   residual[r, :] += x[r, :];   out[r, :] = LayerNorm(residual[r, :]) (as above).
+/// residual is [rows, C] in place (the residual stream); x [rows, C] is the branch output
+/// being added (attention or MLP projection); out [rows, C] receives the normalized row,
+/// the next matmul's input. Each row of residual and x is read once and each output
+/// written once, in one launch; launch_residual_add then launch_layernorm read the
+/// residual twice, in two launches. One warp per row keeps the summed row in
+/// registers. out may equal x, not residual.
+/// Throws std::invalid_argument on a null pointer, rows, C <= 0, C >
+/// kMaxResidualLayernormC, eps < 0 or not finite, or out == residual.
+void launch_residual_layernorm(float* residual, const float* x, const float* weight,
+                               const float* bias, float* out, int rows, int C, float eps,
+                               cudaStream_t stream);
 
 }  // namespace ladder

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/reference.hpp"
+#include "kernels/decode_position.cuh"
 #include "kernels/embedding.cuh"
 #include "tests/gpu/device_test_helpers.hpp"
 
@@ -119,6 +120,75 @@ TEST_CASE("launch_sequence_embedding places token t at first_position + t", "[ke
   }
 }
 
+TEST_CASE("launch_embedding_at_cursor reads the position from device memory", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  for (const int C : {64, 100, 768}) {
+    const std::vector<float> wte = test::random_uniform(rng, std::size_t{kVocab} * C, -1.0f, 1.0f);
+    const std::vector<float> wpe =
+        test::random_uniform(rng, std::size_t{kPositions} * C, -1.0f, 1.0f);
+    const test::DeviceArray<float> wte_device(wte);
+    const test::DeviceArray<float> wpe_device(wpe);
+    for (const int B : {1, 3, 32}) {
+      for (const int position : {0, 1, kPositions - 1}) {
+        CAPTURE(B, position, C);
+        const std::vector<std::int32_t> tokens = test::random_ints(rng, B, 0, kVocab - 1);
+        const test::DeviceArray<std::int32_t> tokens_device(tokens);
+        // The step counter is not the position (a prompt may precede the first step).
+        const test::DeviceArray<DecodePosition> cursor(
+            std::vector<DecodePosition>{DecodePosition{/*step=*/3, position}});
+        test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
+        out.poison();
+
+        launch_embedding_at_cursor(tokens_device.get(), cursor.get(), wte_device.get(),
+                                   wpe_device.get(), out.get(), B, C, stream.get());
+        stream.synchronize();
+
+        const std::vector<std::int32_t> positions(B, position);
+        std::vector<float> expected(out.size());
+        reference::embedding(tokens.data(), positions.data(), wte.data(), wpe.data(),
+                             expected.data(), B, C);
+        CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("launch_embedding_at_cursor takes the scalar path for unaligned tables", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int B = 3;
+  const int C = 64;
+  const int position = 17;
+  const std::vector<float> wte =
+      test::random_uniform(rng, std::size_t{kVocab} * C + 1, -1.0f, 1.0f);
+  const std::vector<float> wpe =
+      test::random_uniform(rng, std::size_t{kPositions} * C + 1, -1.0f, 1.0f);
+  const test::DeviceArray<float> wte_device(wte);
+  const test::DeviceArray<float> wpe_device(wpe);
+  const std::vector<std::int32_t> tokens = test::random_ints(rng, B, 0, kVocab - 1);
+  const test::DeviceArray<std::int32_t> tokens_device(tokens);
+  const test::DeviceArray<DecodePosition> cursor(
+      std::vector<DecodePosition>{DecodePosition{0, position}});
+  test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
+  out.poison();
+
+  launch_embedding_at_cursor(tokens_device.get(), cursor.get(), wte_device.get() + 1,
+                             wpe_device.get() + 1, out.get(), B, C, stream.get());
+  stream.synchronize();
+
+  const std::vector<std::int32_t> positions(B, position);
+  std::vector<float> expected(out.size());
+  reference::embedding(tokens.data(), positions.data(), wte.data() + 1, wpe.data() + 1,
+                       expected.data(), B, C);
+  CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+}
+
 TEST_CASE("embedding launchers reject bad arguments", "[kernels]") {
   test::DeviceArray<std::int32_t> ids(4);
   test::DeviceArray<float> table(std::size_t{64} * 4);
@@ -147,6 +217,23 @@ TEST_CASE("embedding launchers reject bad arguments", "[kernels]") {
   CHECK_THROWS_AS(launch_sequence_embedding(tokens, wte, wte, o, 1, 4, -1, 64, nullptr),
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_sequence_embedding(nullptr, wte, wte, o, 1, 4, 0, 64, nullptr),
+                  std::invalid_argument);
+  // launch_embedding_at_cursor(tokens, cursor, wte, wpe, out, B, C)
+  test::DeviceArray<DecodePosition> cursor_array(1);
+  const DecodePosition* cursor = cursor_array.get();
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, cursor, wte, wte, o, 0, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, cursor, wte, wte, o, 4, 0, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(nullptr, cursor, wte, wte, o, 4, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, nullptr, wte, wte, o, 4, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, cursor, nullptr, wte, o, 4, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, cursor, wte, nullptr, o, 4, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_embedding_at_cursor(tokens, cursor, wte, wte, nullptr, 4, 64, nullptr),
                   std::invalid_argument);
 }
 

@@ -1,4 +1,5 @@
-// tests/gpu/test_layernorm.cpp - kernels/layernorm against reference::layernorm.
+// tests/gpu/test_layernorm.cpp - kernels/layernorm against reference::layernorm (and
+// reference::add + reference::layernorm for the fused residual variant).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -94,6 +95,133 @@ TEST_CASE("launch_layernorm works in place and on unaligned rows", "[kernels]") 
     result.erase(result.begin());
     CHECK(test::checked_relative_error(result, expected) <= kTolerance);
   }
+}
+
+// ---------------------------------------------------------------- residual + LayerNorm
+
+/// The unfused pair on the CPU: residual += x (fp32, as the kernel), then LayerNorm.
+void reference_residual_layernorm(std::vector<float>& residual, const std::vector<float>& x,
+                                  const std::vector<float>& weight, const std::vector<float>& bias,
+                                  std::vector<float>& out, int rows, int C) {
+  reference::add(residual.data(), x.data(), residual.data(), residual.size());
+  out.resize(residual.size());
+  reference::layernorm(residual.data(), weight.data(), bias.data(), out.data(), rows, C, kEps);
+}
+
+TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+
+  // 3, 100: scalar path; 64, 768, 1024: packed, 8 packs per lane or fewer; 1600 (GPT-2 XL)
+  // and 2048 (the largest accepted): packed, 16 packs per lane; 1000: packed with
+  // a partly filled last pack per lane.
+  for (const int C : {3, 64, 100, 768, 1000, 1024, 1600, kMaxResidualLayernormC}) {
+    const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
+    const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
+    const test::DeviceArray<float> weight_device(weight);
+    const test::DeviceArray<float> bias_device(bias);
+    for (const int rows : {1, 3, 32, 37}) {
+      CAPTURE(rows, C);
+      std::vector<float> residual = offset_rows(rng, rows, C);
+      const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
+      test::DeviceArray<float> residual_device(residual);
+      const test::DeviceArray<float> x_device(x);
+      test::DeviceArray<float> out(x.size());
+      out.poison();
+
+      launch_residual_layernorm(residual_device.get(), x_device.get(), weight_device.get(),
+                                bias_device.get(), out.get(), rows, C, kEps, stream.get());
+      stream.synchronize();
+
+      std::vector<float> expected;
+      reference_residual_layernorm(residual, x, weight, bias, expected, rows, C);
+      CHECK(residual_device.download() == residual);  // one fp32 add on both sides
+      CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+    }
+  }
+}
+
+TEST_CASE("launch_residual_layernorm writes into x and handles unaligned rows", "[kernels]") {
+  const std::uint32_t seed = test::fresh_seed();
+  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
+  std::mt19937 rng(seed);
+  test::DeviceStream stream;
+  const int rows = 37;
+  const int C = 768;
+  const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
+  const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
+  const test::DeviceArray<float> weight_device(weight);
+  const test::DeviceArray<float> bias_device(bias);
+  std::vector<float> residual = offset_rows(rng, rows, C);
+  const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
+  const std::vector<float> residual_before = residual;
+  std::vector<float> expected;
+  reference_residual_layernorm(residual, x, weight, bias, expected, rows, C);
+
+  SECTION("out == x") {
+    test::DeviceArray<float> residual_device(residual_before);
+    test::DeviceArray<float> x_device(x);
+    launch_residual_layernorm(residual_device.get(), x_device.get(), weight_device.get(),
+                              bias_device.get(), x_device.get(), rows, C, kEps, stream.get());
+    stream.synchronize();
+    CHECK(residual_device.download() == residual);
+    CHECK(test::checked_relative_error(x_device.download(), expected) <= kTolerance);
+  }
+  SECTION("every row one float past a 16-byte boundary (scalar path)") {
+    std::vector<float> shifted_residual(residual_before.size() + 1, 0.0f);
+    std::vector<float> shifted_x(x.size() + 1, 0.0f);
+    std::copy(residual_before.begin(), residual_before.end(), shifted_residual.begin() + 1);
+    std::copy(x.begin(), x.end(), shifted_x.begin() + 1);
+    test::DeviceArray<float> residual_device(shifted_residual);
+    const test::DeviceArray<float> x_device(shifted_x);
+    test::DeviceArray<float> out(shifted_x.size());
+    out.poison();
+    launch_residual_layernorm(residual_device.get() + 1, x_device.get() + 1, weight_device.get(),
+                              bias_device.get(), out.get() + 1, rows, C, kEps, stream.get());
+    stream.synchronize();
+    std::vector<float> result = out.download();
+    CHECK(std::isnan(result[0]));  // the float before the output was not touched
+    result.erase(result.begin());
+    std::vector<float> residual_result = residual_device.download();
+    CHECK(residual_result[0] == 0.0f);
+    residual_result.erase(residual_result.begin());
+    CHECK(residual_result == residual);
+    CHECK(test::checked_relative_error(result, expected) <= kTolerance);
+  }
+}
+
+TEST_CASE("launch_residual_layernorm rejects bad arguments", "[kernels]") {
+  test::DeviceArray<float> buffer(std::size_t{64} * 4);
+  test::DeviceArray<float> other(std::size_t{64} * 4);
+  float* residual = buffer.get();
+  const float* x = other.get();
+  float* out = other.get();
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 0, 64, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 0, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 1, kMaxResidualLayernormC + 1,
+                                            kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 64, -1.0f, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 64,
+                                            std::numeric_limits<float>::infinity(), nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, residual, 4, 64, kEps, nullptr),
+                  std::invalid_argument);  // out == residual
+  CHECK_THROWS_AS(launch_residual_layernorm(nullptr, x, x, x, out, 4, 64, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, nullptr, x, x, out, 4, 64, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, nullptr, x, out, 4, 64, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, nullptr, out, 4, 64, kEps, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, nullptr, 4, 64, kEps, nullptr),
+                  std::invalid_argument);
 }
 
 TEST_CASE("launch_layernorm rejects bad arguments", "[kernels]") {

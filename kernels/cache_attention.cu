@@ -1,0 +1,470 @@
+// kernels/cache_attention.cu - KV append, static-cache attention and fused
+// (append + flash-decoding) attention, all with the position read from device memory.
+//
+// Notation and layouts: see cache_attention.cuh. The warp-level online softmax both
+// attention kernels use is in online_softmax.cuh: a warp folds 32 positions at a time
+// into its running (max, sum, weighted values); a block merges its warps through shared
+// memory; the fused kernel additionally merges the blocks of one (b, h) through the
+// workspace.
+#include "kernels/cache_attention.cuh"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda_check.hpp"
+#include "kernels/attention.cuh"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+#include "kernels/online_softmax.cuh"
+
+namespace ladder {
+
+namespace {
+
+constexpr int kAppendThreads = 256;
+constexpr int kStaticWarps = 8;  // the warps of one (b, h) split the capacity
+constexpr int kStaticThreads = kStaticWarps * kWarpSize;
+constexpr int kFusedWarps = 4;  // the warps of one block split its share of positions
+constexpr int kFusedThreads = kFusedWarps * kWarpSize;
+// Flash-decoding split: aim for this many blocks per SM over all (b, h), so that a
+// single row still spreads over the whole GPU while B = 32 (384 heads) needs only two
+// splits. At most kMaxSplits blocks per (b, h), and at least 32 positions per block.
+constexpr int kTargetBlocksPerSm = 4;
+constexpr int kMaxSplits = 32;  // the final merge reads one split per lane of a warp
+static_assert(kMaxSplits <= kWarpSize, "one warp merges the splits' maxima and sums");
+constexpr int kPositionsPerWarpChunk = kWarpSize;
+
+// ---------------------------------------------------------------- append
+
+// Math:   p = cursor->position; for p in [0, capacity):
+//         keys[b, h, p, d] = qkv[b, C + h*D + d]; values[b, h, p, d] = qkv[b, 2C + h*D + d].
+// Shapes: qkv [B, 3C], keys, values [B, H, capacity, D].
+// Grid:   a grid-stride loop over the B * C elements of one step's k (and v);
+//         element i is b = i / C, column c = i % C, i.e. h = c / D, d = c % D.
+__global__ void append_kv_at_cursor_kernel(const float* qkv, float* keys, float* values,
+                                           const DecodePosition* cursor, int capacity, int B, int H,
+                                           int C) {
+  const int position = cursor->position;
+  if (position < 0 || position >= capacity) return;
+  const int D = C / H;
+  const std::size_t total = static_cast<std::size_t>(B) * C;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int b = static_cast<int>(i / C);
+    const int c = static_cast<int>(i % C);
+    const int h = c / D;
+    const int d = c % D;
+    const float* row = qkv + static_cast<std::size_t>(b) * 3 * C;
+    const std::size_t slot = ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
+    keys[slot] = row[C + c];
+    values[slot] = row[2 * C + c];
+  }
+}
+
+// ---------------------------------------------------------------- static cache
+
+// Math:   p = cursor->position; score_s = q_b . k_s / sqrt(D) + (s <= p ? 0 : -inf) for
+//         every s < capacity, k_s = keys[b, h, s, :];
+//         out[b, h*D + d] = sum_s softmax_s(score) values[b, h, s, d].
+// Shapes: q [B, >= C] (row stride q_row_stride), keys, values [B, H, capacity, D],
+//         out [B, C]; D % kWidth == 0, D <= 32 kDims.
+// Grid:   one block per (b, h): block x serves b = x / H, h = x % H. Warp w takes the
+//         chunks of 32 positions starting at 32 w, 32 (w + 8), ... up to capacity - all
+//         of them, masked or not; the eight warp states are merged through shared
+//         memory in warp order. (Asking for two resident blocks per SM lets ptxas use
+//         up to 128 registers; left to itself it capped the kernel at 48 and spilled.)
+template <int kWidth, int kDims>
+__global__ void __launch_bounds__(kStaticThreads, 2)
+    static_cache_attention_kernel(const float* q, int q_row_stride, const float* keys,
+                                  const float* values, const DecodePosition* cursor, int capacity,
+                                  float* out, int H, int C) {
+  __shared__ __align__(16) float query[kMaxHeadDim];
+  __shared__ WarpStates<kStaticWarps> warp_states;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int b = blockIdx.x / H;
+  const int h = blockIdx.x % H;
+  const int D = C / H;
+  float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
+
+  const int position = cursor->position;
+  if (position < 0 || position >= capacity) {  // the same for the whole block
+    for (int d = threadIdx.x; d < D; d += blockDim.x) out_row[d] = NAN;
+    return;
+  }
+
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  const float* query_row = q + static_cast<std::size_t>(b) * q_row_stride + h * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) query[d] = query_row[d] * scale;
+  __syncthreads();
+
+  const std::size_t head_offset = (static_cast<std::size_t>(b) * H + h) * capacity * D;
+  const float* head_keys = keys + head_offset;
+  const float* head_values = values + head_offset;
+  const auto rows_of = [=](int s) {
+    const std::size_t row = static_cast<std::size_t>(s) * D;
+    return KeyValueRows{head_keys + row, head_values + row};
+  };
+  OnlineSoftmax<kDims> state;
+  for (int first = warp * kPositionsPerWarpChunk; first < capacity;
+       first += kStaticWarps * kPositionsPerWarpChunk) {
+    fold_positions<kWidth>(query, rows_of, first, min(kPositionsPerWarpChunk, capacity - first),
+                           /*first_masked=*/position + 1, D, lane, state);
+  }
+
+  warp_states.store(warp, lane, D, state);
+  __syncthreads();
+  const float shift = warp_states.block_max();  // finite: warp 0 saw position 0
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.0f;
+    float value = 0.0f;
+    warp_states.merge(shift, d, sum, value);
+    out_row[d] = value / sum;
+  }
+}
+
+// ---------------------------------------------------------------- fused (flash-decoding)
+
+/// The workspace of the fused kernel, carved from the caller's buffer: per (b, h),
+/// an arrival counter and the partial state of each split.
+struct SplitWorkspace {
+  int* arrivals;          ///< [B * H] blocks of this launch that have finished; 0 between launches
+  float* partial_max;     ///< [B * H, splits]
+  float* partial_sum;     ///< [B * H, splits]
+  float* partial_values;  ///< [B * H, splits, D]
+};
+
+// Math:   p = cursor->position, L = p + 1; keys[b, h, p] = k_b, values[b, h, p] = v_b;
+//         out[b, h*D + d] = sum_{s < L} softmax_s(q_b . k_s / sqrt(D)) v_s[d], where q_b,
+//         k_b, v_b are the head-h slices of qkv row b and k_p, v_p are k_b, v_b.
+// Shapes: qkv [B, 3C], keys, values [B, H, capacity, D], out [B, C]; D % kWidth == 0,
+//         D <= 32 kDims.
+// Grid:   blockIdx.x = b * H + h, blockIdx.y = split < splits. Positions 0 .. L - 1 are
+//         cut into shares of `share` = ceil(L / splits) rounded up to a multiple of 32;
+//         block `split` takes [split * share, min((split + 1) * share, L)), and the
+//         ceil(L / share) blocks that have a share are the active ones (the others
+//         return at once). Inside a block, warp w folds the chunks of 32 positions
+//         starting at share start + 32 w, + 32 (w + 4), ...; the four warp states are
+//         merged through shared memory. With one active block that is the output;
+//         otherwise each block writes its state to the workspace, and the last of the
+//         active blocks to arrive (an atomic counter per (b, h)) merges them: warp 0
+//         weighs split s (lane s) by exp(m_s - M), then thread d sums dimension d over
+//         splits 0, 1, ... in that order; finally it resets the counter to 0.
+//         (Five resident blocks per SM bound the kernel to 96 registers: enough to keep
+//         a whole key row in flight per lane without spilling, on every architecture
+//         built; left to itself ptxas spilled some instantiations on sm_80.)
+template <int kWidth, int kDims>
+__global__ void __launch_bounds__(kFusedThreads, 5)
+    fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
+                                  const DecodePosition* cursor, int capacity, float* out,
+                                  SplitWorkspace workspace, int splits, int H, int C) {
+  __shared__ __align__(16) float query[kMaxHeadDim];
+  __shared__ WarpStates<kFusedWarps> warp_states;
+  __shared__ bool merges_splits;
+  __shared__ float split_weights[kWarpSize];  // one per lane of the merging warp
+  __shared__ float merged_sum;
+  const int head = blockIdx.x;
+  const int split = blockIdx.y;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int b = head / H;
+  const int h = head % H;
+  const int D = C / H;
+  float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
+
+  const int position = cursor->position;
+  if (position < 0 || position >= capacity) {  // the same for the whole grid
+    if (split == 0)
+      for (int d = threadIdx.x; d < D; d += blockDim.x) out_row[d] = NAN;
+    return;
+  }
+  const int length = position + 1;
+  const int share = (length + splits - 1) / splits;
+  const int share_rounded =
+      (share + kPositionsPerWarpChunk - 1) / kPositionsPerWarpChunk * kPositionsPerWarpChunk;
+  const int active_splits = (length + share_rounded - 1) / share_rounded;
+  const int first = split * share_rounded;
+  if (first >= length) return;  // this block's share lies past the valid length
+  const int end = min(first + share_rounded, length);
+
+  const float* qkv_row = qkv + static_cast<std::size_t>(b) * 3 * C;
+  const float* fresh_key = qkv_row + C + h * D;
+  const float* fresh_value = qkv_row + 2 * C + h * D;
+  const std::size_t head_offset = static_cast<std::size_t>(head) * capacity * D;
+  float* head_keys = keys + head_offset;
+  float* head_values = values + head_offset;
+
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    query[d] = qkv_row[h * D + d] * scale;
+    if (end == length) {  // the block holding position p appends this step's k, v
+      head_keys[static_cast<std::size_t>(position) * D + d] = fresh_key[d];
+      head_values[static_cast<std::size_t>(position) * D + d] = fresh_value[d];
+    }
+  }
+  __syncthreads();
+
+  // Position p is read from qkv, never from the cache entry written just above.
+  const auto rows_of = [=](int s) {
+    const std::size_t row = static_cast<std::size_t>(s) * D;
+    const bool fresh = s == position;
+    return KeyValueRows{fresh ? fresh_key : head_keys + row,
+                        fresh ? fresh_value : head_values + row};
+  };
+  OnlineSoftmax<kDims> state;
+  for (int chunk = first + warp * kPositionsPerWarpChunk; chunk < end;
+       chunk += kFusedWarps * kPositionsPerWarpChunk) {
+    fold_positions<kWidth>(query, rows_of, chunk, min(kPositionsPerWarpChunk, end - chunk),
+                           /*first_masked=*/INT_MAX, D, lane, state);
+  }
+
+  warp_states.store(warp, lane, D, state);
+  __syncthreads();
+  const float block_max = warp_states.block_max();  // finite: warp 0 saw position `first`
+  if (active_splits == 1) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float sum = 0.0f;
+      float value = 0.0f;
+      warp_states.merge(block_max, d, sum, value);
+      out_row[d] = value / sum;
+    }
+    return;
+  }
+
+  // This block's state, relative to its own maximum, goes to the workspace.
+  const std::size_t slot = static_cast<std::size_t>(head) * splits + split;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.0f;
+    float value = 0.0f;
+    warp_states.merge(block_max, d, sum, value);
+    workspace.partial_values[slot * D + d] = value;
+    if (d == 0) {
+      workspace.partial_max[slot] = block_max;
+      workspace.partial_sum[slot] = sum;
+    }
+  }
+  // Make the state visible GPU-wide before announcing it; the last block to arrive
+  // sees every other block's announcement, hence (after its own fence) their states.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    merges_splits = atomicAdd(&workspace.arrivals[head], 1) == active_splits - 1;
+  __syncthreads();
+  if (!merges_splits) return;
+  __threadfence();
+
+  // The last block merges the splits' states: warp 0 reads one split per lane and
+  // computes each split's weight exp(m_s - M) and the merged sum; then every thread
+  // merges the weighted values of its dimensions. Reads bypass L1 (__ldcg): the
+  // states were written by other SMs during this launch.
+  const std::size_t first_slot = static_cast<std::size_t>(head) * splits;
+  if (warp == 0) {
+    const bool has_split = lane < active_splits;
+    const float split_max =
+        has_split ? __ldcg(&workspace.partial_max[first_slot + lane]) : -INFINITY;
+    const float largest = warp_max(split_max);  // every lane takes part in the shuffles
+    const float weight = has_split ? expf(split_max - largest) : 0.0f;
+    const float weighted_sum =
+        has_split ? __ldcg(&workspace.partial_sum[first_slot + lane]) * weight : 0.0f;
+    split_weights[lane] = weight;
+    const float sum = warp_sum(weighted_sum);  // a fixed reduction order: deterministic
+    if (lane == 0) merged_sum = sum;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float value = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < active_splits; ++s)  // split order: the same result every run
+      value += __ldcg(&workspace.partial_values[(first_slot + s) * D + d]) * split_weights[s];
+    out_row[d] = value / merged_sum;
+  }
+  if (threadIdx.x == 0) workspace.arrivals[head] = 0;  // ready for the next launch
+}
+
+// ---------------------------------------------------------------- host side
+
+void check_heads(const char* launcher, int B, int H, int C) {
+  launch_checks::require_positive(launcher, "B", B);
+  launch_checks::require_positive(launcher, "H", H);
+  launch_checks::require_positive(launcher, "C", C);
+  if (C % H != 0)
+    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") must be divisible by H (" +
+                                      std::to_string(H) + ")");
+  launch_checks::require(static_cast<long long>(B) * H <= 0x7fffffff, launcher,
+                         "B * H must fit in an int");
+}
+
+void check_head_size(const char* launcher, int B, int H, int C) {
+  check_heads(launcher, B, H, C);
+  if (C / H > kMaxHeadDim)
+    launch_checks::fail(launcher, "head size C / H = " + std::to_string(C / H) +
+                                      " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
+}
+
+/// Calls launch(std::integral_constant<int, kDims>{}) with kDims = dims_per_lane(D),
+/// so that each kernel is compiled for the number of head dimensions a lane holds.
+template <typename Launch>
+void with_dims_per_lane(int D, const Launch& launch) {
+  static_assert(kMaxHeadDim / kWarpSize == 4, "one case per possible dims_per_lane(D)");
+  switch (dims_per_lane(D)) {
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 4>{});
+      break;
+  }
+}
+
+/// The most splits a (b, h) may get for this capacity: at least one chunk of 32
+/// positions per split, and at most kMaxSplits. The workspace is sized for it.
+int max_splits(int capacity) {
+  const int chunks = (capacity + kPositionsPerWarpChunk - 1) / kPositionsPerWarpChunk;
+  return std::clamp(chunks, 1, kMaxSplits);
+}
+
+/// Splits per (b, h) so that B * H * splits is about kTargetBlocksPerSm blocks per SM.
+int choose_splits(long long heads, int capacity) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  int sm_count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  const long long target_blocks = static_cast<long long>(kTargetBlocksPerSm) * sm_count;
+  const long long splits = (target_blocks + heads - 1) / heads;
+  return static_cast<int>(std::clamp<long long>(splits, 1, max_splits(capacity)));
+}
+
+/// Byte offsets of the workspace's four arrays, each 256-byte aligned.
+struct WorkspaceLayout {
+  std::size_t partial_max;
+  std::size_t partial_sum;
+  std::size_t partial_values;
+  std::size_t total;
+};
+
+std::size_t round_up_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+WorkspaceLayout workspace_layout(int B, int H, int C, int capacity) {
+  const std::size_t heads = static_cast<std::size_t>(B) * static_cast<std::size_t>(H);
+  const std::size_t states = heads * static_cast<std::size_t>(max_splits(capacity));
+  WorkspaceLayout layout{};
+  layout.partial_max = round_up_256(heads * sizeof(int));
+  layout.partial_sum = layout.partial_max + round_up_256(states * sizeof(float));
+  layout.partial_values = layout.partial_sum + round_up_256(states * sizeof(float));
+  layout.total = layout.partial_values +
+                 round_up_256(states * static_cast<std::size_t>(C / H) * sizeof(float));
+  return layout;
+}
+
+}  // namespace
+
+void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
+                                const DecodePosition* cursor, int capacity, int B, int H, int C,
+                                cudaStream_t stream) {
+  constexpr const char* kName = "launch_append_kv_at_cursor";
+  launch_checks::require_not_null(kName, "qkv", qkv);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_not_null(kName, "cursor", cursor);
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_heads(kName, B, H, C);
+
+  const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kAppendThreads);
+  append_kv_at_cursor_kernel<<<blocks, kAppendThreads, 0, stream>>>(qkv, keys, values, cursor,
+                                                                    capacity, B, H, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_static_cache_attention(const float* q, int q_row_stride, const float* keys,
+                                   const float* values, const DecodePosition* cursor, int capacity,
+                                   float* out, int B, int H, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_static_cache_attention";
+  launch_checks::require_not_null(kName, "q", q);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_not_null(kName, "cursor", cursor);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_head_size(kName, B, H, C);
+  if (q_row_stride < C)
+    launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
+                                   ") must be >= C (" + std::to_string(C) + ")");
+
+  const unsigned int blocks = static_cast<unsigned int>(B * H);
+  // Packed key reads need every key row 16-byte aligned; q is read element by element.
+  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
+                      launch_checks::is_16_byte_aligned(values);
+  with_dims_per_lane(C / H, [&](auto dims) {
+    constexpr int kDims = decltype(dims)::value;
+    if (packed) {
+      static_cache_attention_kernel<4, kDims><<<blocks, kStaticThreads, 0, stream>>>(
+          q, q_row_stride, keys, values, cursor, capacity, out, H, C);
+    } else {
+      static_cache_attention_kernel<1, kDims><<<blocks, kStaticThreads, 0, stream>>>(
+          q, q_row_stride, keys, values, cursor, capacity, out, H, C);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capacity) {
+  constexpr const char* kName = "fused_decode_attention_workspace_bytes";
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_heads(kName, B, H, C);
+  return workspace_layout(B, H, C, capacity).total;
+}
+
+void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
+                                   const DecodePosition* cursor, int capacity, float* out,
+                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_fused_decode_attention";
+  launch_checks::require_not_null(kName, "qkv", qkv);
+  launch_checks::require_not_null(kName, "keys", keys);
+  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_not_null(kName, "cursor", cursor);
+  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_not_null(kName, "workspace", workspace);
+  launch_checks::require(launch_checks::is_16_byte_aligned(workspace), kName,
+                         "workspace must be 16-byte aligned");
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_head_size(kName, B, H, C);
+
+  const long long heads = static_cast<long long>(B) * H;
+  const int splits = choose_splits(heads, capacity);
+  const WorkspaceLayout layout = workspace_layout(B, H, C, capacity);
+  char* base = static_cast<char*>(workspace);
+  const SplitWorkspace split_workspace{reinterpret_cast<int*>(base),
+                                       reinterpret_cast<float*>(base + layout.partial_max),
+                                       reinterpret_cast<float*>(base + layout.partial_sum),
+                                       reinterpret_cast<float*>(base + layout.partial_values)};
+
+  const dim3 grid(static_cast<unsigned int>(heads), static_cast<unsigned int>(splits));
+  // Packed reads need every key row, and this step's k row in qkv, 16-byte aligned.
+  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(qkv) &&
+                      launch_checks::is_16_byte_aligned(keys) &&
+                      launch_checks::is_16_byte_aligned(values);
+  with_dims_per_lane(C / H, [&](auto dims) {
+    constexpr int kDims = decltype(dims)::value;
+    if (packed) {
+      fused_decode_attention_kernel<4, kDims><<<grid, kFusedThreads, 0, stream>>>(
+          qkv, keys, values, cursor, capacity, out, split_workspace, splits, H, C);
+    } else {
+      fused_decode_attention_kernel<1, kDims><<<grid, kFusedThreads, 0, stream>>>(
+          qkv, keys, values, cursor, capacity, out, split_workspace, splits, H, C);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ladder
