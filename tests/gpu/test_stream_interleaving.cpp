@@ -1,0 +1,106 @@
+// tests/gpu/test_stream_interleaving.cpp - chapter 06, run again and again: a race shows
+// as a moving result.
+//
+// Chapter 06 enqueues step i on one stream while the host checks step i - 1's flag, and
+// both streams share every buffer; only the events between the steps keep them in
+// order. A missing or misplaced wait would make the output change from run to run, or
+// let the speculative step after an early stop leak into it. One process with --runs 50
+// generates 50 times: the chapter runner itself fails the process ("a race?") when any
+// run's tokens differ from the first run's, and the tokens it dumps must equal the CPU
+// reference's, stop step included. Run: gpu_tests "[chapters]"
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/prompts.hpp"
+#include "common/reference.hpp"
+#include "common/weights.hpp"
+#include "tests/support/chapter_process.hpp"
+#include "tests/support/golden_data.hpp"
+
+namespace {
+
+namespace reference = ladder::reference;
+
+constexpr const char* kChapter = "06_stream_interleaving";
+constexpr int kRuns = 50;
+
+/// Runs chapter 06 kRuns times in one process (no warm-up) with `arguments`, requires a
+/// clean exit, and checks the last run's tokens and stop step against `expected`.
+void check_repeated_runs(const std::vector<std::string>& arguments,
+                         const reference::Generation& expected, int vocab_size) {
+  const std::vector<std::string> chapters = ladder::testing::chapter_names();
+  REQUIRE(std::find(chapters.begin(), chapters.end(), kChapter) != chapters.end());
+
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat");
+  const std::string tokens_path = directory + "/tokens.txt";
+  std::vector<std::string> full = arguments;
+  full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
+                           "--dump-tokens", tokens_path});
+  const ladder::testing::ProcessResult result =
+      ladder::testing::run_chapter_process(kChapter, full);
+  INFO(kChapter << " printed: " << result.output);
+  REQUIRE(result.exit_code == 0);
+
+  const auto rows = ladder::read_token_rows(tokens_path, vocab_size);
+  REQUIRE(static_cast<int>(rows.size()) == expected.batch);
+  REQUIRE(static_cast<int>(rows.front().size()) == expected.steps);
+  std::vector<std::int32_t> tokens;
+  for (const auto& row : rows) tokens.insert(tokens.end(), row.begin(), row.end());
+  CHECK(tokens == expected.tokens);
+}
+
+}  // namespace
+
+TEST_CASE("chapter 06 gives the reference's tokens on every one of 50 runs (random prompts)",
+          "[chapters]") {
+  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
+  const int eos = weights.config.eos_token_id;
+  const int batch = 5;
+  const int prompt_length = 4;
+  const int new_tokens = 30;
+  const std::uint64_t seed = 12;
+  const ladder::PromptBatch prompts =
+      ladder::random_prompts(batch, prompt_length, weights.config.vocab_size, eos, seed);
+  const reference::Generation expected =
+      reference::generate(weights, prompts.rows(), new_tokens, eos, false);
+
+  check_repeated_runs(
+      {"--weights", ladder::testing::golden_model_directory(), "--batch", std::to_string(batch),
+       "--new-tokens", std::to_string(new_tokens), "--random-prompt-length",
+       std::to_string(prompt_length), "--seed", std::to_string(seed)},
+      expected, weights.config.vocab_size);
+}
+
+TEST_CASE("chapter 06 stops early at the reference's step on every one of 50 runs", "[chapters]") {
+  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
+  const nlohmann::json golden = ladder::testing::load_golden_json("greedy_eos.json");
+  const auto prompt_rows = golden.at("prompts").get<ladder::testing::TokenRows>();
+  const int eos = golden.at("eos_override").get<int>();
+  const int stop_steps = golden.at("stop_steps").get<int>();
+  const int max_new_tokens = golden.at("max_new_tokens").get<int>();
+  REQUIRE(stop_steps + 1 < max_new_tokens);
+
+  const ladder::PromptBatch prompts =
+      ladder::prompts_from_rows(prompt_rows, static_cast<int>(prompt_rows.size()));
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-eos");
+  const std::string prompt_file = directory + "/prompts.txt";
+  ladder::write_token_rows(prompt_file, prompts.tokens, prompts.batch, prompts.length);
+
+  // The limit far beyond the stop (a speculative step runs and is discarded), one past it
+  // (the speculative step is the last the limit allows), and at it (the limit and the
+  // flag stop the same step: nothing is enqueued beyond).
+  for (const int new_tokens : {max_new_tokens, stop_steps + 1, stop_steps}) {
+    INFO("--new-tokens " << new_tokens);
+    const reference::Generation expected =
+        reference::generate(weights, prompt_rows, new_tokens, eos, false);
+    REQUIRE(expected.steps == stop_steps);
+    check_repeated_runs({"--weights", ladder::testing::golden_model_directory(), "--prompt-file",
+                         prompt_file, "--batch", std::to_string(prompts.batch), "--new-tokens",
+                         std::to_string(new_tokens), "--eos", std::to_string(eos)},
+                        expected, weights.config.vocab_size);
+  }
+}
