@@ -70,6 +70,14 @@ namespace {
 
 std::string short_bytes(std::size_t bytes) { return format_bytes(static_cast<double>(bytes)); }
 
+/// A number from the traced run, or "-" when there was no trace (negative).
+std::string traced(double value) {
+  if (value < 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
 }  // namespace
 
 std::string format_table(const ReportHeader& header, const std::vector<BenchmarkRow>& rows) {
@@ -92,7 +100,7 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
   for (const BenchmarkRow& row : rows) {
     std::snprintf(line, sizeof line,
                   "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
-                  "%10s %10s %4.0f%% | %6.1f %6.2f %7.1f %7.1f %7.1f | %s\n",
+                  "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s | %s\n",
                   row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
                   row.time.max, row.time.median, row.milliseconds_per_step(),
                   row.tokens_per_second(), row.floor_seconds * 1e3,
@@ -100,8 +108,9 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                   short_bytes(row.memory.peak_allocated_bytes).c_str(),
                   short_bytes(row.memory.peak_reserved_bytes).c_str(),
                   100.0 * row.memory.fragmentation(), row.allocations_per_step,
-                  row.host_syncs_per_step, row.kernels_per_step, row.copies_per_step,
-                  row.gpu_idle_per_step * 1e6, row.token_hash.c_str());
+                  row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
+                  traced(row.copies_per_step).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
+                  row.token_hash.c_str());
     out << line;
   }
   for (const BenchmarkRow& row : rows) {
@@ -119,6 +128,14 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
   out << line;
   return out.str();
 }
+
+namespace {
+
+nlohmann::json traced_json(double value) {
+  return value >= 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+}  // namespace
 
 std::string format_json(const ReportHeader& header, const std::vector<BenchmarkRow>& rows) {
   nlohmann::json document = {
@@ -149,9 +166,9 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"driver_allocations", row.memory.driver_allocations},
         {"allocations_per_step", row.allocations_per_step},
         {"host_syncs_per_step", row.host_syncs_per_step},
-        {"kernels_per_step", row.kernels_per_step},
-        {"copies_per_step", row.copies_per_step},
-        {"gpu_idle_s_per_step", row.gpu_idle_per_step},
+        {"kernels_per_step", traced_json(row.kernels_per_step)},
+        {"copies_per_step", traced_json(row.copies_per_step)},
+        {"gpu_idle_s_per_step", traced_json(row.gpu_idle_per_step)},
         {"matmul_s_per_step", row.matmul_seconds_per_step >= 0
                                   ? nlohmann::json(row.matmul_seconds_per_step)
                                   : nlohmann::json(nullptr)},

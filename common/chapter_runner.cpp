@@ -179,6 +179,40 @@ void write_logits(const std::string& path, const LogitsRecorder& recorder, int s
   if (!file) throw std::runtime_error("cannot write '" + path + "'");
 }
 
+/// One more run, untimed, with CUPTI recording what the GPU ran and when: launches,
+/// copies and idle time per step, and with `print_kernels` the kernels that took the
+/// most GPU time. Leaves the columns empty (negative) when CUPTI is held by a tool.
+void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
+                   bool print_kernels, BenchmarkRow& row) {
+  NvtxRange range("traced run");
+  std::optional<GpuActivityTrace> trace;
+  try {
+    trace.emplace();
+  } catch (const CudaError& error) {
+    std::fprintf(stderr, "note: no GPU activity trace (%s); its columns stay empty\n",
+                 error.what());
+    row.kernels_per_step = row.copies_per_step = row.gpu_idle_per_step = -1;
+    return;
+  }
+  LogitsRecorder no_logits;
+  const GenerationOutput traced = decoder.generate(prompts, new_tokens, no_logits);
+  const GpuActivitySummary activity = trace->collect();
+  const double steps = traced.steps > 0 ? traced.steps : 1;
+  row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
+  row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
+  row.gpu_idle_per_step = activity.idle_seconds() / steps;
+  if (!print_kernels) return;
+  std::printf("batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; by kernel:\n",
+              prompts.batch, new_tokens, activity.busy_seconds * 1e3 / steps,
+              activity.span_seconds * 1e3 / steps);
+  const std::size_t shown = std::min<std::size_t>(activity.kernel_times.size(), 12);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const KernelTime& kernel = activity.kernel_times[i];
+    std::printf("  %8.1f us/step %7.1f launches/step  %s\n", kernel.seconds * 1e6 / steps,
+                static_cast<double>(kernel.launches) / steps, kernel.name.c_str());
+  }
+}
+
 int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
   const std::string program = chapter.folder;
   for (int i = 1; i < argc; ++i)
@@ -252,17 +286,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
                        row.seconds.back(), output.steps);
         last_output = std::move(output);
       }
-      {
-        // One more run, untimed, with CUPTI recording what the GPU ran and when.
-        NvtxRange range("traced run");
-        GpuActivityTrace trace;
-        const GenerationOutput traced = decoder->generate(prompts, new_tokens, no_logits);
-        const GpuActivitySummary activity = trace.collect();
-        const double steps = traced.steps > 0 ? traced.steps : 1;
-        row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
-        row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
-        row.gpu_idle_per_step = activity.idle_seconds() / steps;
-      }
+      trace_one_run(*decoder, prompts, new_tokens, options.kernel_profile, row);
       row.matmul_seconds_per_step = decoder->matmul_seconds_per_step(batch);
       row.time = summarize(row.seconds);
       row.token_hash = hash_string(first_hash);

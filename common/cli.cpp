@@ -90,6 +90,8 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
       options.logits_output = value();
     } else if (flag == "--print-text") {
       options.print_text = true;
+    } else if (flag == "--kernel-profile") {
+      options.kernel_profile = true;
     } else if (flag == "--quiet") {
       options.quiet = true;
     } else {
@@ -137,6 +139,8 @@ output
   --dump-tokens FILE        generated ids of the last run, one row per line
   --dump-logits FILE        every step's logits, float32 [steps, batch, vocab] (for tests)
   --print-text              print row 0's generated text (needs a tokenizer)
+  --kernel-profile          after the table rows, the kernels that took the GPU's time
+                            (from the untimed CUPTI-traced run)
   --quiet                   print only the table
 )";
 }

@@ -34,6 +34,7 @@ struct RunOptions {
   std::string logits_output;                    ///< write every step's logits here (for tests)
   bool print_text = false;                      ///< decode and print row 0's text
   bool quiet = false;                           ///< only the table
+  bool kernel_profile = false;                  ///< print the kernels that take the GPU's time
   bool help = false;
 };
 

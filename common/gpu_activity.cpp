@@ -4,7 +4,10 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <map>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -38,8 +41,21 @@ struct RecordSink {
   std::mutex mutex;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals;  // [start, end) ns
   std::uint64_t kernels = 0, copies = 0, memsets = 0;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
   bool active = false;
 };
+
+std::string readable_name(const char* mangled) {
+  if (mangled == nullptr) return "?";
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled != nullptr ? demangled : mangled;
+  std::free(demangled);
+  // Drop the argument list: the kernel's name (and template arguments) say enough.
+  const std::size_t arguments = name.rfind('(');
+  if (arguments != std::string::npos && arguments > 0) name.resize(arguments);
+  return name;
+}
 
 RecordSink& sink() {
   static RecordSink instance;
@@ -64,6 +80,9 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         records.intervals.emplace_back(kernel->start, kernel->end);
         ++records.kernels;
+        auto& [count, nanoseconds] = records.kernel_time[readable_name(kernel->name)];
+        ++count;
+        nanoseconds += kernel->end - kernel->start;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -97,6 +116,7 @@ GpuActivityTrace::GpuActivityTrace() {
     if (records.active) throw std::logic_error("only one GpuActivityTrace may exist at a time");
     records.intervals.clear();
     records.kernels = records.copies = records.memsets = 0;
+    records.kernel_time.clear();
     records.active = true;
   }
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -121,6 +141,11 @@ GpuActivitySummary GpuActivityTrace::collect() {
   summary.kernels = records.kernels;
   summary.copies = records.copies;
   summary.memsets = records.memsets;
+  for (const auto& [name, totals] : records.kernel_time)
+    summary.kernel_times.push_back(
+        {name, totals.first, static_cast<double>(totals.second) * 1e-9});
+  std::sort(summary.kernel_times.begin(), summary.kernel_times.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
   auto& intervals = records.intervals;
   if (intervals.empty()) return summary;
   std::sort(intervals.begin(), intervals.end());

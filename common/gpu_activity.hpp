@@ -8,8 +8,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ladder {
+
+/// Time on the GPU of one kernel (all its launches).
+struct KernelTime {
+  std::string name;
+  std::uint64_t launches = 0;
+  double seconds = 0;
+};
 
 struct GpuActivitySummary {
   std::uint64_t kernels = 0;   ///< kernel launches that ran
@@ -18,12 +27,15 @@ struct GpuActivitySummary {
   double span_seconds = 0;     ///< first start to last end
   double busy_seconds = 0;     ///< union of all activity intervals
   double idle_seconds() const { return span_seconds - busy_seconds; }
+  std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
 };
 
 /// Records GPU activity from construction until collect(). Only one may exist at a
 /// time in a process: CUPTI delivers its records to process-wide callbacks.
 class GpuActivityTrace {
  public:
+  /// Throws CudaError when CUPTI cannot trace, e.g. when compute-sanitizer, Nsight
+  /// Compute or Nsight Systems already holds it.
   GpuActivityTrace();
   ~GpuActivityTrace();
   GpuActivityTrace(const GpuActivityTrace&) = delete;

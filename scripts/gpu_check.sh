@@ -85,9 +85,13 @@ fi
 if wants sanitize; then
   for chapter in "$build"/chapters/[0-9][0-9]_*; do
     name=$(basename "$chapter")
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$chapter" --config tests/data/golden_model/config.json \
-      --batch 3 --new-tokens 6 --runs 1 --warmup 0 --quiet > "$out/logs/$name.memcheck.log" 2>&1
-    note "memcheck $name: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/logs/$name.memcheck.log") clean summaries)"
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$chapter" \
+        --weights tests/data/golden_model --batch 3 --random-prompt-length 4 --new-tokens 6 \
+        --runs 1 --warmup 0 --quiet > "$out/logs/$name.$tool.log" 2>&1
+      status=$?
+      note "$tool $name: exit $status, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/logs/$name.$tool.log" | tail -1)"
+    done
   done
 fi
 
