@@ -23,7 +23,7 @@
 #   --no-pytorch   no PyTorch rows
 #   -- FLAGS...    passed to every chapter run (e.g. -- --warmup 2)
 # Environment: LADDER_RUNS (timed runs per configuration, default 5; 3 with --quick),
-# LADDER_PRESET, LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g.
+# LADDER_PRESET, LADDER_COMMIT, LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g.
 # "--precision tf32 --compile-mode default"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the
 # batch sweep too). Without a GPU the first chapter says "no CUDA device found" and the job
 # stops there with its exit code.
@@ -55,7 +55,8 @@ main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
 command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
 
 # The tree as it is before this run adds results: which commit, and whether it was edited.
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# LADDER_COMMIT names the commit where the tree travels without its .git (a remote GPU).
+commit=${LADDER_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=false
 if [ "$commit" != unknown ] && [ -n "$(git status --porcelain -- . ':(exclude)results' 2>/dev/null)" ]; then
   dirty=true
