@@ -3,9 +3,7 @@
 // seed, and a comparison that cannot be fooled by NaN.
 //
 // Typical use:
-//   const std::uint32_t seed = test::fresh_seed();
-//   INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-//   std::mt19937 rng(seed);
+//   LADDER_SEEDED_RNG(rng);             // std::mt19937 rng, its seed reported on failure
 //   test::DeviceArray<float> x(test::random_uniform(rng, n, -1.0f, 1.0f));
 //   test::DeviceArray<float> out(n);
 //   out.poison();                       // every unwritten element reads NaN (or -1)
@@ -16,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +28,7 @@
 
 #include "common/cuda_check.hpp"
 #include "common/reference.hpp"
+#include "kernels/decode_position.cuh"
 
 namespace ladder::test {
 
@@ -111,6 +111,11 @@ class DeviceStream {
   cudaStream_t stream_ = nullptr;
 };
 
+/// A device-resident decode cursor {step, position}, as the decode loop keeps it.
+inline DeviceArray<DecodePosition> device_cursor(int step, int position) {
+  return DeviceArray<DecodePosition>(std::vector<DecodePosition>{DecodePosition{step, position}});
+}
+
 /// A fresh seed from std::random_device, or the value of the LADDER_TEST_SEED
 /// environment variable when it is set, so that a failing run can be repeated.
 inline std::uint32_t fresh_seed() {
@@ -118,6 +123,14 @@ inline std::uint32_t fresh_seed() {
     return static_cast<std::uint32_t>(std::stoul(fixed));
   return std::random_device{}();
 }
+
+/// Declares `std::mt19937 rng` seeded by fresh_seed() and reports the seed with every
+/// failure in the enclosing scope ("seed S (rerun with LADDER_TEST_SEED=S)"). A macro
+/// because Catch's INFO holds only in the scope it is written in.
+#define LADDER_SEEDED_RNG(rng)                                                          \
+  const std::uint32_t rng##_seed = ::ladder::test::fresh_seed();                        \
+  INFO("seed " << rng##_seed << " (rerun with LADDER_TEST_SEED=" << rng##_seed << ")"); \
+  std::mt19937 rng(rng##_seed)
 
 /// n floats drawn uniformly from [low, high).
 inline std::vector<float> random_uniform(std::mt19937& rng, std::size_t n, float low, float high) {
@@ -134,6 +147,42 @@ inline std::vector<std::int32_t> random_ints(std::mt19937& rng, std::size_t n, s
   std::vector<std::int32_t> values(n);
   for (std::int32_t& value : values) value = distribution(rng);
   return values;
+}
+
+/// rows * columns floats drawn uniformly from [low, high): a row-major matrix.
+inline std::vector<float> random_matrix(std::mt19937& rng, int rows, int columns, float low,
+                                        float high) {
+  return random_uniform(rng, static_cast<std::size_t>(rows) * columns, low, high);
+}
+
+/// qkv [rows, 3C] for attention tests: q and k in [-2, 2), spread so that the softmax is
+/// neither flat nor one-hot (scores q.k / sqrt(D) with a standard deviation of about 1.3
+/// for every D); v in [-1, 1).
+inline std::vector<float> random_qkv(std::mt19937& rng, std::size_t rows, int C) {
+  std::vector<float> qkv = random_uniform(rng, rows * 3 * C, -2.0f, 2.0f);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int c = 2 * C; c < 3 * C; ++c) qkv[r * 3 * C + c] = value(rng);
+  return qkv;
+}
+
+/// Row t of every sequence of `sequences` [B, T, width], as one [B, width] array: what
+/// a decode loop feeds (or expects) at step t.
+inline std::vector<float> rows_at_step(const std::vector<float>& sequences, int B, int T, int t,
+                                       int width) {
+  std::vector<float> rows(static_cast<std::size_t>(B) * width);
+  for (int b = 0; b < B; ++b) {
+    const std::size_t row = static_cast<std::size_t>(b) * T + t;
+    std::copy_n(sequences.begin() + static_cast<std::ptrdiff_t>(row * width), width,
+                rows.begin() + static_cast<std::ptrdiff_t>(b) * width);
+  }
+  return rows;
+}
+
+/// True when every value is NaN (an empty vector included), as a poisoned or
+/// NaN-answering output reads.
+inline bool all_nan(const std::vector<float>& values) {
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isnan(v); });
 }
 
 /// reference::relative_error (max |a - e| / max |e|), except that a size mismatch or a

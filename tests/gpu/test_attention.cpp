@@ -29,20 +29,8 @@ struct HeadShape {
 // largest head size), 32.
 const HeadShape kHeadShapes[] = {{64, 1}, {768, 12}, {100, 4}, {256, 2}, {96, 3}};
 
-// q and k spread so that the softmax is neither flat nor one-hot: the scores
-// q.k / sqrt(D) then have a standard deviation of about 1.3 for every D.
-std::vector<float> random_qkv(std::mt19937& rng, std::size_t rows, int C) {
-  std::vector<float> qkv = test::random_uniform(rng, rows * 3 * C, -2.0f, 2.0f);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (int c = 2 * C; c < 3 * C; ++c) qkv[r * 3 * C + c] = value(rng);
-  return qkv;
-}
-
 TEST_CASE("launch_causal_attention matches the reference", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   for (const HeadShape shape : kHeadShapes) {
@@ -52,7 +40,7 @@ TEST_CASE("launch_causal_attention matches the reference", "[kernels]") {
         const int H = shape.H;
         CAPTURE(B, T, H, C);
         const std::size_t rows = static_cast<std::size_t>(B) * T;
-        const std::vector<float> qkv = random_qkv(rng, rows, C);
+        const std::vector<float> qkv = test::random_qkv(rng, rows, C);
         const test::DeviceArray<float> qkv_device(qkv);
         test::DeviceArray<float> out(rows * C);
         out.poison();
@@ -69,9 +57,7 @@ TEST_CASE("launch_causal_attention matches the reference", "[kernels]") {
 }
 
 TEST_CASE("launch_decode_attention matches the reference and ignores positions >= L", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   for (const HeadShape shape : kHeadShapes) {
@@ -85,7 +71,7 @@ TEST_CASE("launch_decode_attention matches the reference and ignores positions >
           CAPTURE(B, L, capacity, H, C);
 
           // The step's qkv [B, 3C]; q is read in place from it (row stride 3C).
-          const std::vector<float> qkv = random_qkv(rng, B, C);
+          const std::vector<float> qkv = test::random_qkv(rng, B, C);
           std::vector<float> q(static_cast<std::size_t>(B) * C);
           for (int b = 0; b < B; ++b)
             for (int c = 0; c < C; ++c)
@@ -135,9 +121,7 @@ TEST_CASE("launch_decode_attention matches the reference and ignores positions >
 }
 
 TEST_CASE("launch_append_kv writes exactly one position of the cache", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int capacity = 9;
 
@@ -148,7 +132,7 @@ TEST_CASE("launch_append_kv writes exactly one position of the cache", "[kernels
         const int H = shape.H;
         const int D = C / H;
         CAPTURE(B, position, capacity, H, C);
-        const std::vector<float> qkv = random_qkv(rng, B, C);
+        const std::vector<float> qkv = test::random_qkv(rng, B, C);
         const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
         const std::vector<float> keys = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
         const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
@@ -200,9 +184,7 @@ std::size_t count_bit_mismatches(const std::vector<float>& actual,
 }
 
 TEST_CASE("launch_store_kv_sequence writes exactly positions first .. first + T - 1", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   for (const HeadShape shape : kHeadShapes) {
@@ -215,7 +197,8 @@ TEST_CASE("launch_store_kv_sequence writes exactly positions first .. first + T 
             const int D = C / H;
             const int capacity = first_position + T + spare;
             CAPTURE(B, T, first_position, capacity, H, C);
-            const std::vector<float> qkv = random_qkv(rng, static_cast<std::size_t>(B) * T, C);
+            const std::vector<float> qkv =
+                test::random_qkv(rng, static_cast<std::size_t>(B) * T, C);
             const test::DeviceArray<float> qkv_device(qkv);
             const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
             test::DeviceArray<float> keys(cache_size);
@@ -261,9 +244,7 @@ TEST_CASE("launch_store_kv_sequence writes exactly positions first .. first + T 
 // cache has spare positions beyond the prompt, poisoned: reading one shows as NaN.
 TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's last position",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   for (const HeadShape shape : kHeadShapes) {
@@ -275,7 +256,7 @@ TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's las
         const int capacity = T + 5;
         CAPTURE(B, T, capacity, H, C);
         const std::size_t rows = static_cast<std::size_t>(B) * T;
-        const std::vector<float> qkv = random_qkv(rng, rows, C);
+        const std::vector<float> qkv = test::random_qkv(rng, rows, C);
         const test::DeviceArray<float> qkv_device(qkv);
         const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
         test::DeviceArray<float> keys(cache_size);
@@ -295,13 +276,7 @@ TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's las
 
         std::vector<float> whole(rows * C);
         reference::causal_attention(qkv.data(), whole.data(), B, T, H, C);
-        std::vector<float> expected(static_cast<std::size_t>(B) * C);
-        for (int b = 0; b < B; ++b) {
-          const std::size_t last_row = static_cast<std::size_t>(b) * T + T - 1;
-          std::copy(whole.begin() + static_cast<std::ptrdiff_t>(last_row * C),
-                    whole.begin() + static_cast<std::ptrdiff_t>((last_row + 1) * C),
-                    expected.begin() + static_cast<std::ptrdiff_t>(b) * C);
-        }
+        const std::vector<float> expected = test::rows_at_step(whole, B, T, T - 1, C);
         CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
       }
     }
@@ -312,9 +287,7 @@ TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's las
 // cache (append_kv, then decode_attention over positions 0 .. t). Every cache length
 // from 1 to T is exercised, and the two kernels must agree on every output row.
 TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3;
   const int T = 70;
@@ -325,7 +298,7 @@ TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step"
     const int H = shape.H;
     const int D = C / H;
     CAPTURE(H, C);
-    const std::vector<float> qkv = random_qkv(rng, static_cast<std::size_t>(B) * T, C);
+    const std::vector<float> qkv = test::random_qkv(rng, static_cast<std::size_t>(B) * T, C);
     const test::DeviceArray<float> qkv_device(qkv);
     test::DeviceArray<float> whole(static_cast<std::size_t>(B) * T * C);
     whole.poison();
@@ -342,16 +315,8 @@ TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step"
     test::DeviceArray<float> step_out(static_cast<std::size_t>(B) * C);
     for (int t = 0; t < T; ++t) {
       CAPTURE(t);
-      std::vector<float> rows(static_cast<std::size_t>(B) * 3 * C);
-      std::vector<float> expected(static_cast<std::size_t>(B) * C);
-      for (int b = 0; b < B; ++b) {
-        const std::size_t row = static_cast<std::size_t>(b) * T + t;
-        std::copy(qkv.begin() + row * 3 * C, qkv.begin() + (row + 1) * 3 * C,
-                  rows.begin() + static_cast<std::size_t>(b) * 3 * C);
-        std::copy(whole_result.begin() + row * C, whole_result.begin() + (row + 1) * C,
-                  expected.begin() + static_cast<std::size_t>(b) * C);
-      }
-      step_qkv.upload(rows);
+      const std::vector<float> expected = test::rows_at_step(whole_result, B, T, t, C);
+      step_qkv.upload(test::rows_at_step(qkv, B, T, t, 3 * C));
       step_out.poison();
       launch_append_kv(step_qkv.get(), keys.get(), values.get(), t, capacity, B, H, C,
                        stream.get());

@@ -32,16 +32,6 @@ struct HeadShape {
 // largest head size).
 const HeadShape kHeadShapes[] = {{64, 1}, {768, 12}, {100, 4}, {256, 2}};
 
-// q and k spread so that the softmax is neither flat nor one-hot (scores with a
-// standard deviation of about 1.3 for every D); v in [-1, 1).
-std::vector<float> random_qkv(std::mt19937& rng, std::size_t rows, int C) {
-  std::vector<float> qkv = test::random_uniform(rng, rows * 3 * C, -2.0f, 2.0f);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (int c = 2 * C; c < 3 * C; ++c) qkv[r * 3 * C + c] = value(rng);
-  return qkv;
-}
-
 /// The q third of qkv [B, 3C], as its own [B, C] array.
 std::vector<float> queries_of(const std::vector<float>& qkv, int B, int C) {
   std::vector<float> q(static_cast<std::size_t>(B) * C);
@@ -94,9 +84,7 @@ test::DeviceArray<unsigned char> zeroed_workspace(int B, int H, int C, int capac
 // ---------------------------------------------------------------- append
 
 TEST_CASE("launch_append_kv_at_cursor writes exactly the cursor's position", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int capacity = 9;
 
@@ -107,15 +95,14 @@ TEST_CASE("launch_append_kv_at_cursor writes exactly the cursor's position", "[k
         const int H = shape.H;
         const int D = C / H;
         CAPTURE(B, position, capacity, H, C);
-        const std::vector<float> qkv = random_qkv(rng, B, C);
+        const std::vector<float> qkv = test::random_qkv(rng, B, C);
         const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
         const std::vector<float> keys = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
         const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
         const test::DeviceArray<float> qkv_device(qkv);
         test::DeviceArray<float> keys_device(keys);
         test::DeviceArray<float> values_device(values);
-        const test::DeviceArray<DecodePosition> cursor(
-            std::vector<DecodePosition>{DecodePosition{/*step=*/1, position}});
+        const test::DeviceArray<DecodePosition> cursor = test::device_cursor(/*step=*/1, position);
 
         launch_append_kv_at_cursor(qkv_device.get(), keys_device.get(), values_device.get(),
                                    cursor.get(), capacity, B, H, C, stream.get());
@@ -146,16 +133,14 @@ TEST_CASE("launch_append_kv_at_cursor writes nothing for a cursor outside the ca
     test::DeviceArray<float> values(cache_size);
     keys.poison();
     values.poison();
-    const test::DeviceArray<DecodePosition> cursor(
-        std::vector<DecodePosition>{DecodePosition{0, position}});
+    const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
     launch_append_kv_at_cursor(qkv.get(), keys.get(), values.get(), cursor.get(), capacity, B, H, C,
                                stream.get());
     stream.synchronize();
     const std::vector<float> keys_after = keys.download();
     const std::vector<float> values_after = values.download();
-    CHECK(std::all_of(keys_after.begin(), keys_after.end(), [](float v) { return std::isnan(v); }));
-    CHECK(std::all_of(values_after.begin(), values_after.end(),
-                      [](float v) { return std::isnan(v); }));
+    CHECK(test::all_nan(keys_after));
+    CHECK(test::all_nan(values_after));
   }
 }
 
@@ -163,9 +148,7 @@ TEST_CASE("launch_append_kv_at_cursor writes nothing for a cursor outside the ca
 
 TEST_CASE("launch_static_cache_attention equals decode attention over positions 0 .. p",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int capacity = 257;
 
@@ -179,7 +162,7 @@ TEST_CASE("launch_static_cache_attention equals decode attention over positions 
       const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
       for (const int position : {0, 1, 31, 32, 200, capacity - 1}) {
         CAPTURE(B, position, capacity, H, C);
-        const std::vector<float> qkv = random_qkv(rng, B, C);
+        const std::vector<float> qkv = test::random_qkv(rng, B, C);
         const std::vector<float> q = queries_of(qkv, B, C);
 
         // Unused positions hold large finite garbage: the kernel reads them (the mask
@@ -195,8 +178,7 @@ TEST_CASE("launch_static_cache_attention equals decode attention over positions 
         }
         const test::DeviceArray<float> keys_device(keys_with_garbage);
         const test::DeviceArray<float> values_device(values_with_garbage);
-        const test::DeviceArray<DecodePosition> cursor(
-            std::vector<DecodePosition>{DecodePosition{/*step=*/2, position}});
+        const test::DeviceArray<DecodePosition> cursor = test::device_cursor(/*step=*/2, position);
 
         std::vector<float> expected(static_cast<std::size_t>(B) * C);
         reference::decode_attention(q.data(), keys.data(), values.data(), expected.data(), B,
@@ -252,9 +234,7 @@ TEST_CASE("launch_static_cache_attention equals decode attention over positions 
 // valid length (the fused kernel) never sees it.
 TEST_CASE("launch_static_cache_attention reads the whole cache, masked positions included",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 1;
   const int H = 12;
@@ -265,9 +245,8 @@ TEST_CASE("launch_static_cache_attention reads the whole cache, masked positions
   const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
   std::vector<float> keys = test::random_uniform(rng, cache_size, -2.0f, 2.0f);
   std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
-  const test::DeviceArray<float> qkv(random_qkv(rng, B, C));
-  const test::DeviceArray<DecodePosition> cursor(
-      std::vector<DecodePosition>{DecodePosition{0, position}});
+  const test::DeviceArray<float> qkv(test::random_qkv(rng, B, C));
+  const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
 
   SECTION("a NaN key at the last position") {
     fill_position(keys, capacity - 1, kNaN, B, H, capacity, D);
@@ -283,7 +262,7 @@ TEST_CASE("launch_static_cache_attention reads the whole cache, masked positions
                                 cursor.get(), capacity, out.get(), B, H, C, stream.get());
   stream.synchronize();
   const std::vector<float> result = out.download();
-  CHECK(std::all_of(result.begin(), result.end(), [](float v) { return std::isnan(v); }));
+  CHECK(test::all_nan(result));
 }
 
 TEST_CASE("launch_static_cache_attention answers NaN for a cursor outside the cache", "[kernels]") {
@@ -298,14 +277,13 @@ TEST_CASE("launch_static_cache_attention answers NaN for a cursor outside the ca
   const test::DeviceArray<float> values(std::vector<float>(cache_size, 0.75f));
   for (const int position : {-1, capacity}) {
     CAPTURE(position);
-    const test::DeviceArray<DecodePosition> cursor(
-        std::vector<DecodePosition>{DecodePosition{0, position}});
+    const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
     test::DeviceArray<float> out(std::vector<float>(static_cast<std::size_t>(B) * C, 0.0f));
     launch_static_cache_attention(qkv.get(), 3 * C, keys.get(), values.get(), cursor.get(),
                                   capacity, out.get(), B, H, C, stream.get());
     stream.synchronize();
     const std::vector<float> result = out.download();
-    CHECK(std::all_of(result.begin(), result.end(), [](float v) { return std::isnan(v); }));
+    CHECK(test::all_nan(result));
   }
 }
 
@@ -313,9 +291,7 @@ TEST_CASE("launch_static_cache_attention answers NaN for a cursor outside the ca
 
 TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions 0 .. p only",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int capacity = 1024;  // GPT-2's n_positions: the grid is sized for it
 
@@ -333,7 +309,7 @@ TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions
       for (const int length : {1, 2, 63, 64, 65, 257, 1000}) {
         const int position = length - 1;
         CAPTURE(B, length, capacity, H, C);
-        const std::vector<float> qkv = random_qkv(rng, B, C);
+        const std::vector<float> qkv = test::random_qkv(rng, B, C);
         // Before the step: positions < p valid, p and everything after it NaN. Reading
         // the cache at p (instead of this step's k, v) or after p poisons the output.
         std::vector<float> keys_before = keys;
@@ -350,8 +326,7 @@ TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions
         const test::DeviceArray<float> qkv_device(qkv);
         test::DeviceArray<float> keys_device(keys_before);
         test::DeviceArray<float> values_device(values_before);
-        const test::DeviceArray<DecodePosition> cursor(
-            std::vector<DecodePosition>{DecodePosition{/*step=*/0, position}});
+        const test::DeviceArray<DecodePosition> cursor = test::device_cursor(/*step=*/0, position);
         test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
         out.poison();
 
@@ -384,9 +359,7 @@ TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions
 }
 
 TEST_CASE("launch_fused_decode_attention takes the scalar path for an unaligned qkv", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3;
   const int H = 12;
@@ -398,14 +371,13 @@ TEST_CASE("launch_fused_decode_attention takes the scalar path for an unaligned 
   const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
   std::vector<float> keys = test::random_uniform(rng, cache_size, -2.0f, 2.0f);
   std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
-  const std::vector<float> qkv = random_qkv(rng, B, C);
+  const std::vector<float> qkv = test::random_qkv(rng, B, C);
   std::vector<float> shifted(qkv.size() + 1, 0.0f);  // one float past a 16-byte boundary
   std::copy(qkv.begin(), qkv.end(), shifted.begin() + 1);
   const test::DeviceArray<float> qkv_device(shifted);
   test::DeviceArray<float> keys_device(keys);
   test::DeviceArray<float> values_device(values);
-  const test::DeviceArray<DecodePosition> cursor(
-      std::vector<DecodePosition>{DecodePosition{0, position}});
+  const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
   test::DeviceArray<unsigned char> workspace = zeroed_workspace(B, H, C, capacity);
   test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
   out.poison();
@@ -430,9 +402,7 @@ TEST_CASE("launch_fused_decode_attention takes the scalar path for an unaligned 
 // k, v at position t and attends over 0 .. t. Every step must match causal attention
 // over the whole sequence at once, so each append is visible to every later step.
 TEST_CASE("launch_fused_decode_attention step by step reproduces causal attention", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3;
   const int T = 70;
@@ -443,7 +413,7 @@ TEST_CASE("launch_fused_decode_attention step by step reproduces causal attentio
     const int H = shape.H;
     const int D = C / H;
     CAPTURE(H, C);
-    const std::vector<float> qkv = random_qkv(rng, static_cast<std::size_t>(B) * T, C);
+    const std::vector<float> qkv = test::random_qkv(rng, static_cast<std::size_t>(B) * T, C);
     std::vector<float> whole(static_cast<std::size_t>(B) * T * C);
     reference::causal_attention(qkv.data(), whole.data(), B, T, H, C);
 
@@ -458,16 +428,8 @@ TEST_CASE("launch_fused_decode_attention step by step reproduces causal attentio
     test::DeviceArray<float> step_out(static_cast<std::size_t>(B) * C);
     for (int t = 0; t < T; ++t) {
       CAPTURE(t);
-      std::vector<float> rows(static_cast<std::size_t>(B) * 3 * C);
-      std::vector<float> expected(static_cast<std::size_t>(B) * C);
-      for (int b = 0; b < B; ++b) {
-        const std::size_t row = static_cast<std::size_t>(b) * T + t;
-        std::copy_n(qkv.begin() + static_cast<std::ptrdiff_t>(row * 3 * C), 3 * C,
-                    rows.begin() + static_cast<std::ptrdiff_t>(b) * 3 * C);
-        std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(row * C), C,
-                    expected.begin() + static_cast<std::ptrdiff_t>(b) * C);
-      }
-      step_qkv.upload(rows);
+      const std::vector<float> expected = test::rows_at_step(whole, B, T, t, C);
+      step_qkv.upload(test::rows_at_step(qkv, B, T, t, 3 * C));
       cursor.upload({DecodePosition{t, t}});
       step_out.poison();
       launch_fused_decode_attention(step_qkv.get(), keys.get(), values.get(), cursor.get(),
@@ -494,14 +456,13 @@ TEST_CASE("launch_fused_decode_attention: a cursor outside the cache gives NaN, 
     const std::vector<float> cache(cache_size, 0.25f);
     test::DeviceArray<float> keys(cache);
     test::DeviceArray<float> values(cache);
-    const test::DeviceArray<DecodePosition> cursor(
-        std::vector<DecodePosition>{DecodePosition{0, position}});
+    const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
     test::DeviceArray<float> out(std::vector<float>(static_cast<std::size_t>(B) * C, 0.0f));
     launch_fused_decode_attention(qkv.get(), keys.get(), values.get(), cursor.get(), capacity,
                                   out.get(), workspace.get(), B, H, C, stream.get());
     stream.synchronize();
     const std::vector<float> result = out.download();
-    CHECK(std::all_of(result.begin(), result.end(), [](float v) { return std::isnan(v); }));
+    CHECK(test::all_nan(result));
     CHECK(keys.download() == cache);
     CHECK(values.download() == cache);
   }

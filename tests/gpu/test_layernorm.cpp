@@ -31,9 +31,7 @@ std::vector<float> offset_rows(std::mt19937& rng, int rows, int C) {
 }
 
 TEST_CASE("launch_layernorm matches the reference", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   for (const int C : {64, 100, 768, 3}) {
@@ -60,9 +58,7 @@ TEST_CASE("launch_layernorm matches the reference", "[kernels]") {
 }
 
 TEST_CASE("launch_layernorm works in place and on unaligned rows", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int rows = 37;
   const int C = 768;
@@ -109,9 +105,7 @@ void reference_residual_layernorm(std::vector<float>& residual, const std::vecto
 }
 
 TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   // 3, 100: scalar path; 64, 768, 1024: packed, 8 packs per lane or fewer; 1600 (GPT-2 XL)
@@ -144,9 +138,7 @@ TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernel
 }
 
 TEST_CASE("launch_residual_layernorm writes into x and handles unaligned rows", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int rows = 37;
   const int C = 768;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <utility>
@@ -38,10 +39,37 @@ struct LinearShape {
 const LinearShape kLinearShapes[] = {{64, 100},  {100, 97},   {768, 2304},
                                      {768, 768}, {768, 3072}, {3072, 768}};
 
+struct LmHeadCase {
+  int rows;
+  int C;
+  int V;
+};
+
+/// For each case: random x [rows, C] and wte [V, C], `launch(x, wte, logits, rows, C, V)`
+/// into a poisoned logits [rows, V] on `stream`, checked against reference::lm_head.
+template <typename Launch>
+void check_lm_head(std::mt19937& rng, const test::DeviceStream& stream,
+                   std::initializer_list<LmHeadCase> cases, Launch launch) {
+  for (const LmHeadCase c : cases) {
+    CAPTURE(c.rows, c.C, c.V);
+    const std::vector<float> wte = test::random_matrix(rng, c.V, c.C, -1.0f, 1.0f);
+    const std::vector<float> x = test::random_matrix(rng, c.rows, c.C, -1.0f, 1.0f);
+    const test::DeviceArray<float> wte_device(wte);
+    const test::DeviceArray<float> x_device(x);
+    test::DeviceArray<float> logits(static_cast<std::size_t>(c.rows) * c.V);
+    logits.poison();
+
+    launch(x_device.get(), wte_device.get(), logits.get(), c.rows, c.C, c.V);
+    stream.synchronize();
+
+    std::vector<float> expected(logits.size());
+    reference::lm_head(x.data(), wte.data(), expected.data(), c.rows, c.C, c.V);
+    CHECK(test::checked_relative_error(logits.download(), expected) <= kTolerance);
+  }
+}
+
 TEST_CASE("launch_linear matches the reference in plain fp32", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   HandleWithWorkspace cublas;
   REQUIRE_FALSE(cublas.handle.allow_tf32());
@@ -49,13 +77,11 @@ TEST_CASE("launch_linear matches the reference in plain fp32", "[kernels]") {
   for (const LinearShape shape : kLinearShapes) {
     const int in = shape.in_features;
     const int out = shape.out_features;
-    const std::vector<float> weight =
-        test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f);
+    const std::vector<float> weight = test::random_matrix(rng, in, out, -1.0f, 1.0f);
     const test::DeviceArray<float> weight_device(weight);
     for (const int rows : {1, 3, 37}) {
       CAPTURE(rows, in, out);
-      const std::vector<float> x =
-          test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f);
+      const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
       const test::DeviceArray<float> x_device(x);
       test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
       y.poison();
@@ -72,55 +98,30 @@ TEST_CASE("launch_linear matches the reference in plain fp32", "[kernels]") {
 }
 
 TEST_CASE("launch_lm_head matches the reference in plain fp32", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   // The one-step setup: a handle bound to its stream, with its workspace.
   test::DeviceArray<unsigned char> workspace(CublasHandle::kRecommendedWorkspaceBytes);
   CublasHandle handle(stream.get(), workspace.get(), workspace.bytes());
 
-  struct Case {
-    int rows;
-    int C;
-    int V;
-  };
-  for (const Case c : {Case{1, 64, 97}, Case{3, 64, 97}, Case{37, 100, 97}, Case{1, 768, 50257},
-                       Case{3, 768, 50257}}) {
-    CAPTURE(c.rows, c.C, c.V);
-    const std::vector<float> wte =
-        test::random_uniform(rng, static_cast<std::size_t>(c.V) * c.C, -1.0f, 1.0f);
-    const std::vector<float> x =
-        test::random_uniform(rng, static_cast<std::size_t>(c.rows) * c.C, -1.0f, 1.0f);
-    const test::DeviceArray<float> wte_device(wte);
-    const test::DeviceArray<float> x_device(x);
-    test::DeviceArray<float> logits(static_cast<std::size_t>(c.rows) * c.V);
-    logits.poison();
-
-    launch_lm_head(handle, x_device.get(), wte_device.get(), logits.get(), c.rows, c.C, c.V,
-                   stream.get());
-    stream.synchronize();
-
-    std::vector<float> expected(logits.size());
-    reference::lm_head(x.data(), wte.data(), expected.data(), c.rows, c.C, c.V);
-    CHECK(test::checked_relative_error(logits.download(), expected) <= kTolerance);
-  }
+  check_lm_head(rng, stream,
+                {LmHeadCase{1, 64, 97}, LmHeadCase{3, 64, 97}, LmHeadCase{37, 100, 97},
+                 LmHeadCase{1, 768, 50257}, LmHeadCase{3, 768, 50257}},
+                [&](const float* x, const float* wte, float* logits, int rows, int C, int V) {
+                  launch_lm_head(handle, x, wte, logits, rows, C, V, stream.get());
+                });
 }
 
 TEST_CASE("launch_linear is bitwise reproducible across calls and streams", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream first_stream;
   test::DeviceStream second_stream;
   HandleWithWorkspace cublas;
   const int rows = 32;
   const int in = 768;
   const int out = 3072;
-  const test::DeviceArray<float> x(
-      test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f));
-  const test::DeviceArray<float> weight(
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f));
+  const test::DeviceArray<float> x(test::random_matrix(rng, rows, in, -1.0f, 1.0f));
+  const test::DeviceArray<float> weight(test::random_matrix(rng, in, out, -1.0f, 1.0f));
   test::DeviceArray<float> first(static_cast<std::size_t>(rows) * out);
   test::DeviceArray<float> second(static_cast<std::size_t>(rows) * out);
   test::DeviceArray<float> third(static_cast<std::size_t>(rows) * out);
@@ -141,19 +142,15 @@ TEST_CASE("launch_linear is bitwise reproducible across calls and streams", "[ke
 }
 
 TEST_CASE("a TF32 handle still computes the product, to TF32 precision", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   HandleWithWorkspace cublas(/*allow_tf32=*/true);
   REQUIRE(cublas.handle.allow_tf32());
   const int rows = 37;
   const int in = 768;
   const int out = 2304;
-  const std::vector<float> x =
-      test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f);
-  const std::vector<float> weight =
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f);
+  const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
+  const std::vector<float> weight = test::random_matrix(rng, in, out, -1.0f, 1.0f);
   const test::DeviceArray<float> x_device(x);
   const test::DeviceArray<float> weight_device(weight);
   test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
@@ -227,9 +224,7 @@ std::vector<float> expected_linear(const std::vector<float>& x, const std::vecto
 }
 
 TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp32", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   LtWithWorkspace lt;
   REQUIRE_FALSE(lt.matmul.allow_tf32());
@@ -237,8 +232,7 @@ TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp
   for (const LinearShape shape : kLinearShapes) {
     const int in = shape.in_features;
     const int out = shape.out_features;
-    const std::vector<float> weight =
-        test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f);
+    const std::vector<float> weight = test::random_matrix(rng, in, out, -1.0f, 1.0f);
     const std::vector<float> bias = test::random_uniform(rng, out, -2.0f, 2.0f);
     const test::DeviceArray<float> weight_device(weight);
     const test::DeviceArray<float> bias_device(bias);
@@ -246,8 +240,7 @@ TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp
       for (const LinearEpilogue epilogue :
            {LinearEpilogue::kNone, LinearEpilogue::kBias, LinearEpilogue::kBiasGelu}) {
         CAPTURE(rows, in, out, static_cast<int>(epilogue));
-        const std::vector<float> x =
-            test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f);
+        const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
         const test::DeviceArray<float> x_device(x);
         test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
         y.poison();
@@ -271,18 +264,14 @@ TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp
 // about 1e-4 of the largest output: the epilogue must match the tanh form to 1e-5,
 // which the erf form cannot.
 TEST_CASE("LtMatmul's GELU epilogue is GPT-2's tanh GELU, large |x| included", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   LtWithWorkspace lt;
   const int rows = 32;
   const int in = 768;
   const int out = 3072;  // GPT-2 small's MLP up-projection
-  const std::vector<float> x =
-      test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f);
-  const std::vector<float> weight =
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out, -0.01f, 0.01f);
+  const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
+  const std::vector<float> weight = test::random_matrix(rng, in, out, -0.01f, 0.01f);
   const test::DeviceArray<float> x_device(x);
   const test::DeviceArray<float> weight_device(weight);
 
@@ -334,43 +323,20 @@ TEST_CASE("LtMatmul's GELU epilogue is GPT-2's tanh GELU, large |x| included", "
 }
 
 TEST_CASE("LtMatmul::lm_head matches the reference in plain fp32", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   LtWithWorkspace lt;
 
-  struct Case {
-    int rows;
-    int C;
-    int V;
-  };
-  for (const Case c : {Case{1, 64, 97}, Case{3, 64, 97}, Case{37, 100, 97}, Case{1, 768, 50257},
-                       Case{32, 768, 50257}}) {
-    CAPTURE(c.rows, c.C, c.V);
-    const std::vector<float> wte =
-        test::random_uniform(rng, static_cast<std::size_t>(c.V) * c.C, -1.0f, 1.0f);
-    const std::vector<float> x =
-        test::random_uniform(rng, static_cast<std::size_t>(c.rows) * c.C, -1.0f, 1.0f);
-    const test::DeviceArray<float> wte_device(wte);
-    const test::DeviceArray<float> x_device(x);
-    test::DeviceArray<float> logits(static_cast<std::size_t>(c.rows) * c.V);
-    logits.poison();
-
-    lt.matmul.lm_head(x_device.get(), wte_device.get(), logits.get(), c.rows, c.C, c.V,
-                      stream.get());
-    stream.synchronize();
-
-    std::vector<float> expected(logits.size());
-    reference::lm_head(x.data(), wte.data(), expected.data(), c.rows, c.C, c.V);
-    CHECK(test::checked_relative_error(logits.download(), expected) <= kTolerance);
-  }
+  check_lm_head(rng, stream,
+                {LmHeadCase{1, 64, 97}, LmHeadCase{3, 64, 97}, LmHeadCase{37, 100, 97},
+                 LmHeadCase{1, 768, 50257}, LmHeadCase{32, 768, 50257}},
+                [&](const float* x, const float* wte, float* logits, int rows, int C, int V) {
+                  lt.matmul.lm_head(x, wte, logits, rows, C, V, stream.get());
+                });
 }
 
 TEST_CASE("LtMatmul plans each shape once and stays bitwise reproducible", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream first_stream;
   test::DeviceStream second_stream;
   LtWithWorkspace lt;
@@ -380,8 +346,7 @@ TEST_CASE("LtMatmul plans each shape once and stays bitwise reproducible", "[ker
   const std::vector<float> x =
       test::random_uniform(rng, static_cast<std::size_t>(rows) * in + 1, -1.0f, 1.0f);
   const test::DeviceArray<float> x_device(x);
-  const test::DeviceArray<float> weight(
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f));
+  const test::DeviceArray<float> weight(test::random_matrix(rng, in, out, -1.0f, 1.0f));
   const test::DeviceArray<float> bias(test::random_uniform(rng, out, -1.0f, 1.0f));
   test::DeviceArray<float> first(static_cast<std::size_t>(rows) * out);
   test::DeviceArray<float> again(static_cast<std::size_t>(rows) * out);
@@ -418,9 +383,7 @@ TEST_CASE("LtMatmul plans each shape once and stays bitwise reproducible", "[ker
 }
 
 TEST_CASE("LtMatmul handles pointers that are only 4-byte aligned", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   LtWithWorkspace lt;
   const int rows = 3;
@@ -454,19 +417,15 @@ TEST_CASE("LtMatmul handles pointers that are only 4-byte aligned", "[kernels]")
 }
 
 TEST_CASE("a TF32 LtMatmul still computes the product, to TF32 precision", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   LtWithWorkspace lt(/*allow_tf32=*/true);
   REQUIRE(lt.matmul.allow_tf32());
   const int rows = 37;
   const int in = 768;
   const int out = 2304;
-  const std::vector<float> x =
-      test::random_uniform(rng, static_cast<std::size_t>(rows) * in, -1.0f, 1.0f);
-  const std::vector<float> weight =
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out, -1.0f, 1.0f);
+  const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
+  const std::vector<float> weight = test::random_matrix(rng, in, out, -1.0f, 1.0f);
   const std::vector<float> bias = test::random_uniform(rng, out, -1.0f, 1.0f);
   const test::DeviceArray<float> x_device(x);
   const test::DeviceArray<float> weight_device(weight);

@@ -39,9 +39,7 @@ std::vector<float> logits_with_winners(std::mt19937& rng, int V,
 
 TEST_CASE("launch_argmax_step picks torch.argmax's token, ties to the smallest index",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int max_steps = 3;
   const int step = 1;
@@ -115,9 +113,7 @@ TEST_CASE("launch_argmax_step picks torch.argmax's token, ties to the smallest i
 
 TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finished last",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int V = 97;
   const int eos_id = 13;
@@ -192,9 +188,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
 }
 
 TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping", "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3, V = 101, max_steps = 5, eos_id = 9;
   StepBuffers buffers(B, max_steps);
@@ -223,9 +217,7 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
 
 TEST_CASE("launch_argmax_step with a device cursor reads the step and advances it",
           "[kernels]") {
-  const std::uint32_t seed = test::fresh_seed();
-  INFO("seed " << seed << " (rerun with LADDER_TEST_SEED=" << seed << ")");
-  std::mt19937 rng(seed);
+  LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 2, V = 33, max_steps = 3, eos_id = 32;
   StepBuffers buffers(B, max_steps);
