@@ -1,4 +1,4 @@
-// chapters/01_naive_decode/naive_decode.cu - rung 01: naive decode.
+// chapters/01_naive_decode/naive_decode.cpp - rung 01: naive decode.
 //
 // The seed's first loop, in C++. Every step runs the whole GPT-2 forward pass over
 // every token so far - B rows of T tokens, T growing by one per step - to predict a
@@ -41,7 +41,8 @@ class NaiveDecoder final : public ladder::Decoder {
         eos_token_id_(options.eos_token_id),
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
+                          stream_.get()),
         cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
                 options.allow_tf32) {}
 

@@ -53,7 +53,8 @@ class KvCacheDecoder final : public ladder::Decoder {
         eos_token_id_(options.eos_token_id),
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
+                          stream_.get()),
         cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
                 options.allow_tf32) {}
 

@@ -55,7 +55,8 @@ class KvCacheDecoder final : public ladder::Decoder {
         // NEW in chapter 03: physical pages mapped into one reserved virtual range, on demand.
         allocator_(ladder::make_device_allocator("expandable")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
+                          stream_.get()),
         cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
                 options.allow_tf32) {}
 

@@ -73,7 +73,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
         // and nothing is allocated in the loop, so there is nothing left for it to strand.
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes, stream_.get()),
+        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
+                          stream_.get()),
         cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
                 options.allow_tf32) {}
 
