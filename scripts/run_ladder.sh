@@ -54,11 +54,12 @@ out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
 main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
 command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
 
-# The tree as it is before this run adds results: which commit, and whether it was edited.
+# The tree as it is before this run adds results: which commit, and whether a tracked file
+# was edited (untracked files, such as carried dependency packages, do not count).
 # LADDER_COMMIT names the commit where the tree travels without its .git (a remote GPU).
 commit=${LADDER_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=false
-if [ "$commit" != unknown ] && [ -n "$(git status --porcelain -- . ':(exclude)results' 2>/dev/null)" ]; then
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)results' 2>/dev/null)" ]; then
   dirty=true
 fi
 
