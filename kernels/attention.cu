@@ -2,28 +2,24 @@
 // (one query against the KV cache), both with an online softmax; plus the writes into
 // the KV cache (one step's keys and values, or a whole prompt's).
 //
-// Notation and layouts: see attention.cuh. The common core is attend_chunk(): a warp
-// takes 32 key positions at a time, one per lane. Each lane computes its key's score
-// q.k / sqrt(D); the warp updates its running maximum m and running sum l of
-// exp(score - m) and rescales what it has accumulated so far by exp(m_old - m_new);
-// then the 32 probabilities are broadcast one by one (register shuffles) while every
-// lane accumulates p * v for its own dimensions d = lane, lane + 32, ... of the
-// head. At the end out = accumulated / l. This is the softmax of the reference, only
-// computed in one pass; no score matrix is stored.
+// Notation and layouts: see attention.cuh. The common core is fold_positions() in
+// online_softmax.cuh: a warp takes 32 key positions at a time, one per lane, scores
+// them, updates its running maximum and sum and accumulates the weighted values. No
+// score matrix is stored. The causal kernel feeds it key and value tiles staged in
+// shared memory, the decode kernel feeds it the cache in global memory.
 #include "kernels/attention.cuh"
 
+#include <climits>
 #include <cmath>
 
 #include "common/cuda_check.hpp"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
+#include "kernels/online_softmax.cuh"
 
 namespace ladder {
 
 namespace {
-
-constexpr int kDimsPerLane = kMaxHeadDim / kWarpSize;
-static_assert(kMaxHeadDim % kWarpSize == 0, "a head row is split evenly over the lanes");
 
 constexpr int kCausalQueriesPerBlock = 32;  // consecutive queries of one (b, h) share key tiles
 constexpr int kCausalWarpsPerBlock = 8;
@@ -33,84 +29,30 @@ constexpr int kDecodeWarpsPerBlock = 8;  // the warps of one (b, h) split the po
 constexpr int kDecodeThreads = kDecodeWarpsPerBlock * kWarpSize;
 constexpr int kStoreThreads = 256;
 
-/// What one warp has accumulated over the key positions it has seen so far.
-struct OnlineSoftmax {
-  float running_max = -INFINITY;  ///< m: the largest score so far
-  float running_sum = 0.0f;       ///< l: sum of exp(score - m)
-  /// sum of exp(score - m) * v[d] for this lane's dimensions d = lane + 32 * i.
-  float weighted_values[kDimsPerLane] = {};
-};
-
-// score = query . key for one lane's key row; query is already scaled by 1 / sqrt(D)
-// and lives in shared memory. kWidth independent partial sums keep the FMA chains short.
-template <int kWidth>
-__device__ __forceinline__ float dot_with_query(const float* query, const float* key, int D) {
-  float partial[kWidth] = {};
-#pragma unroll 2  // deeper unrolling only adds registers (and spilled on sm_80)
-  for (int i = 0; i < D / kWidth; ++i) {
-    const PackedFloats<kWidth> q = load_packed<kWidth>(query, i);
-    const PackedFloats<kWidth> k = load_packed<kWidth>(key, i);
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j) partial[j] += q.values[j] * k.values[j];
-  }
-  float dot = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kWidth; ++j) dot += partial[j];
-  return dot;
-}
-
-// Folds key positions first .. first + count - 1 (count <= 32, the same on every lane)
-// into the warp's state. Position s of this (b, h) has its key at keys + s * row_stride
-// and its value at values + s * row_stride.
-template <int kWidth>
-__device__ __forceinline__ void attend_chunk(const float* query, const float* keys,
-                                             const float* values, std::size_t row_stride, int first,
-                                             int count, int D, int lane, OnlineSoftmax& state) {
-  const bool has_key = lane < count;
-  const float score =
-      has_key ? dot_with_query<kWidth>(
-                    query, keys + static_cast<std::size_t>(first + lane) * row_stride, D)
-              : -INFINITY;
-  // count >= 1, so lane 0 holds a real score and new_max is finite.
-  const float new_max = fmaxf(state.running_max, warp_max(score));
-  const float probability = has_key ? expf(score - new_max) : 0.0f;
-  const float rescale = expf(state.running_max - new_max);  // 0 on the first chunk (m = -inf)
-  state.running_sum = state.running_sum * rescale + warp_sum(probability);
-#pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) state.weighted_values[i] *= rescale;
-  for (int j = 0; j < count; ++j) {
-    const float p = __shfl_sync(kFullWarpMask, probability, j);
-    const float* value = values + static_cast<std::size_t>(first + j) * row_stride;
-#pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      const int d = lane + i * kWarpSize;
-      if (d < D) state.weighted_values[i] += p * value[d];
-    }
-  }
-  state.running_max = new_max;
-}
-
 // Math:   out[b, t, h*D + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s[d], with
 //         q_t, k_s, v_s the head-h slices of qkv rows (b, t) and (b, s).
-// Shapes: qkv [B, T, 3C], out [B, T, C]; D = C / H <= kMaxHeadDim.
+// Shapes: qkv [B, T, 3C], out [B, T, C]; D = C / H <= 32 kDims, D % kWidth == 0.
 // Grid:   one block per (b, h, tile of kCausalQueriesPerBlock consecutive queries):
 //         blockIdx.x = b * H + h, blockIdx.y = the query tile. The block stages its
 //         queries (scaled by 1 / sqrt(D)) in shared memory, then walks the keys in
 //         tiles of 32 positions: all threads copy a tile of keys and values into shared
 //         memory (coalesced rows), and each warp folds that tile into the online
-//         softmax of its kCausalQueriesPerWarp queries (one key per lane, as in
-//         attend_chunk). Every key and value row is read from memory once per block
-//         instead of once per query: at T = 400 that is 32 times fewer bytes, and
-//         this kernel is the O(T^2) part of the naive chapter.
-// Shared: queries [32][D], keys [32][D + 1] (the padding puts the 32 lanes' rows in 32
-//         different banks), values [32][D].
+//         softmax of its kCausalQueriesPerWarp queries (fold_positions, one key per
+//         lane). Every key and value row is read from memory once per block instead of
+//         once per query: at T = 400 that is 32 times fewer bytes, and this kernel is
+//         the O(T^2) part of the naive chapter.
+// Shared: queries [32][D], keys [32][D + kWidth], values [32][D]. Lane l reads key row
+//         l: the padding of kWidth floats starts the 32 rows in different banks (for
+//         16-byte reads, eight lanes at a time in banks 0, 4, ..., 28).
+template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kCausalThreads)
     causal_attention_kernel(const float* qkv, float* out, int T, int H, int C) {
-  extern __shared__ float causal_shared[];
+  extern __shared__ __align__(16) float causal_shared[];
   const int D = C / H;
+  const int key_stride = D + kWidth;
   float* queries = causal_shared;
   float* keys = queries + kCausalQueriesPerBlock * D;
-  float* values = keys + kWarpSize * (D + 1);
+  float* values = keys + kWarpSize * key_stride;
   const int b = blockIdx.x / H;
   const int h = blockIdx.x % H;
   const int first_query = blockIdx.y * kCausalQueriesPerBlock;
@@ -121,13 +63,13 @@ __global__ void __launch_bounds__(kCausalThreads)
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   for (int i = threadIdx.x; i < kCausalQueriesPerBlock * D; i += kCausalThreads) {
     const int t = first_query + i / D;
-    queries[i] = t <= last_query ? sequence[static_cast<std::size_t>(t) * row_stride + i % D] * scale
-                                 : 0.0f;
+    queries[i] =
+        t <= last_query ? sequence[static_cast<std::size_t>(t) * row_stride + i % D] * scale : 0.0f;
   }
 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  OnlineSoftmax state[kCausalQueriesPerWarp];
+  OnlineSoftmax<kDims> state[kCausalQueriesPerWarp];
   for (int first_key = 0; first_key <= last_query; first_key += kWarpSize) {
     __syncthreads();  // the last tile is consumed (and, the first time, the queries staged)
     for (int i = threadIdx.x; i < kWarpSize * D; i += kCausalThreads) {
@@ -135,48 +77,22 @@ __global__ void __launch_bounds__(kCausalThreads)
       const int d = i % D;
       const int s = first_key + row;
       const float* source = sequence + static_cast<std::size_t>(s) * row_stride + d;
-      keys[row * (D + 1) + d] = s <= last_query ? source[C] : 0.0f;
+      keys[row * key_stride + d] = s <= last_query ? source[C] : 0.0f;
       values[row * D + d] = s <= last_query ? source[2 * C] : 0.0f;
     }
     __syncthreads();
+    const auto rows_of = [=](int s) {
+      const int row = s - first_key;
+      return KeyValueRows{keys + row * key_stride, values + row * D};
+    };
 #pragma unroll
     for (int j = 0; j < kCausalQueriesPerWarp; ++j) {
       const int local = warp + j * kCausalWarpsPerBlock;
       const int t = first_query + local;
       if (t > last_query || first_key > t) continue;  // the same on every lane of the warp
-      const int count = min(kWarpSize, t + 1 - first_key);
-      const bool has_key = lane < count;
-      float score = -INFINITY;
-      if (has_key) {
-        const float* query = queries + local * D;
-        const float* key = keys + lane * (D + 1);
-        float partial[4] = {};
-        int d = 0;
-        for (; d + 4 <= D; d += 4) {
-#pragma unroll
-          for (int k = 0; k < 4; ++k) partial[k] += query[d + k] * key[d + k];
-        }
-        for (; d < D; ++d) partial[0] += query[d] * key[d];
-        score = (partial[0] + partial[1]) + (partial[2] + partial[3]);
-      }
-      // count >= 1, so lane 0 holds a real score and new_max is finite.
-      OnlineSoftmax& mine = state[j];
-      const float new_max = fmaxf(mine.running_max, warp_max(score));
-      const float probability = has_key ? expf(score - new_max) : 0.0f;
-      const float rescale = expf(mine.running_max - new_max);  // 0 on the first tile
-      mine.running_sum = mine.running_sum * rescale + warp_sum(probability);
-#pragma unroll
-      for (int i = 0; i < kDimsPerLane; ++i) mine.weighted_values[i] *= rescale;
-      for (int s = 0; s < count; ++s) {
-        const float p = __shfl_sync(kFullWarpMask, probability, s);
-        const float* value = values + s * D;
-#pragma unroll
-        for (int i = 0; i < kDimsPerLane; ++i) {
-          const int d = lane + i * kWarpSize;
-          if (d < D) mine.weighted_values[i] += p * value[d];
-        }
-      }
-      mine.running_max = new_max;
+      fold_positions<kWidth>(queries + local * D, rows_of, first_key,
+                             min(kWarpSize, t + 1 - first_key), /*first_masked=*/INT_MAX, D, lane,
+                             state[j]);
     }
   }
 
@@ -186,16 +102,16 @@ __global__ void __launch_bounds__(kCausalThreads)
     if (t > last_query) continue;
     float* out_row = out + (static_cast<std::size_t>(b) * T + t) * C + h * D;
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
+    for (int i = 0; i < kDims; ++i) {
       const int d = lane + i * kWarpSize;
       if (d < D) out_row[d] = state[j].weighted_values[i] / state[j].running_sum;
     }
   }
 }
 
-std::size_t causal_attention_shared_bytes(int D) {
+std::size_t causal_attention_shared_bytes(int D, int width) {
   return sizeof(float) * (static_cast<std::size_t>(kCausalQueriesPerBlock) * D +
-                          static_cast<std::size_t>(kWarpSize) * (D + 1) +
+                          static_cast<std::size_t>(kWarpSize) * (D + width) +
                           static_cast<std::size_t>(kWarpSize) * D);
 }
 
@@ -203,19 +119,16 @@ std::size_t causal_attention_shared_bytes(int D) {
 //         k_s = keys[b, h, s, :], v_s = values[b, h, s, :] and q_b the head-h slice of
 //         row b of q (rows q_row_stride floats apart).
 // Shapes: q [B, >= C] with row stride q_row_stride, keys, values [B, H, capacity, D],
-//         out [B, C]; D = C / H <= kMaxHeadDim, D % kWidth == 0.
+//         out [B, C]; D % kWidth == 0, D <= 32 kDims.
 // Grid:   one block per (b, h): block x serves b = x / H, h = x % H. Warp w takes the
-//         chunks of 32 positions starting at 32 w, 32 (w + 8), ...; the eight partial
-//         states (m_w, l_w, acc_w) are then merged through shared memory in a fixed
-//         order: out = sum_w exp(m_w - M) acc_w / sum_w exp(m_w - M) l_w, M = max_w m_w.
-template <int kWidth>
+//         chunks of 32 positions starting at 32 w, 32 (w + 8), ...; the eight warp
+//         states are merged through shared memory in warp order (WarpStates).
+template <int kWidth, int kDims>
 __global__ void decode_attention_kernel(const float* q, int q_row_stride, const float* keys,
                                         const float* values, float* out, int L, int capacity, int H,
                                         int C) {
   __shared__ __align__(16) float query[kMaxHeadDim];
-  __shared__ float partial_max[kDecodeWarpsPerBlock];
-  __shared__ float partial_sum[kDecodeWarpsPerBlock];
-  __shared__ float partial_values[kDecodeWarpsPerBlock][kMaxHeadDim];
+  __shared__ WarpStates<kDecodeWarpsPerBlock> warp_states;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int b = blockIdx.x / H;
@@ -228,36 +141,25 @@ __global__ void decode_attention_kernel(const float* q, int q_row_stride, const 
   __syncthreads();
 
   const std::size_t head_offset = (static_cast<std::size_t>(b) * H + h) * capacity * D;
-  OnlineSoftmax state;
+  const float* head_keys = keys + head_offset;
+  const float* head_values = values + head_offset;
+  const auto rows_of = [=](int s) {
+    const std::size_t row = static_cast<std::size_t>(s) * D;
+    return KeyValueRows{head_keys + row, head_values + row};
+  };
+  OnlineSoftmax<kDims> state;
   for (int first = warp * kWarpSize; first < L; first += kDecodeWarpsPerBlock * kWarpSize)
-    attend_chunk<kWidth>(query, keys + head_offset, values + head_offset,
-                         static_cast<std::size_t>(D), first, min(kWarpSize, L - first), D, lane,
-                         state);
+    fold_positions<kWidth>(query, rows_of, first, min(kWarpSize, L - first),
+                           /*first_masked=*/INT_MAX, D, lane, state);
 
-  if (lane == 0) {
-    partial_max[warp] = state.running_max;  // -inf for a warp that saw no position
-    partial_sum[warp] = state.running_sum;
-  }
-#pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int d = lane + i * kWarpSize;
-    if (d < D) partial_values[warp][d] = state.weighted_values[i];
-  }
+  warp_states.store(warp, lane, D, state);
   __syncthreads();
-
-  float block_max = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kDecodeWarpsPerBlock; ++w) block_max = fmaxf(block_max, partial_max[w]);
+  const float shift = warp_states.block_max();  // finite: warp 0 saw position 0
   float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float sum = 0.0f;
     float value = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarpsPerBlock; ++w) {
-      const float weight = expf(partial_max[w] - block_max);  // 0 for an idle warp
-      sum += partial_sum[w] * weight;
-      value += partial_values[w][d] * weight;
-    }
+    warp_states.merge(shift, d, sum, value);
     out_row[d] = value / sum;
   }
 }
@@ -290,6 +192,48 @@ __global__ void store_kv_kernel(const float* qkv, float* keys, float* values, in
   }
 }
 
+// Math:   new_keys[b, h, s, d] = s < L ? keys[b, h, s, d] : qkv[b, C + h*D + d], and the
+//         same for values from the 2C third; s <= L.
+// Shapes: qkv [B, 3C], keys, values [B, H, L, D], new_keys, new_values [B, H, L + 1, D];
+//         D % kWidth == 0.
+// Grid:   a grid-stride loop over the packs of kWidth floats of the new cache, which is
+//         B * H rows of L + 1 positions of D / kWidth packs: pack i is (b, h) = i / ((L
+//         + 1) * D / kWidth), position s, pack d. Consecutive threads read consecutive
+//         packs of one old row and write consecutive packs of the new one; each thread
+//         moves one pack of keys and the same pack of values.
+template <int kWidth>
+__global__ void grow_kv_cache_kernel(const float* qkv, const float* keys, const float* values,
+                                     float* new_keys, float* new_values, int L, int B, int H,
+                                     int C) {
+  const int D = C / H;
+  const int packs_per_row = D / kWidth;
+  const std::size_t new_length = static_cast<std::size_t>(L) + 1;
+  const std::size_t total = static_cast<std::size_t>(B) * H * new_length * packs_per_row;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int pack = static_cast<int>(i % packs_per_row);
+    const std::size_t position_row = i / packs_per_row;  // (b * H + h) * (L + 1) + s
+    const int s = static_cast<int>(position_row % new_length);
+    const std::size_t head = position_row / new_length;  // b * H + h
+    PackedFloats<kWidth> key;
+    PackedFloats<kWidth> value;
+    if (s < L) {
+      const std::size_t old_pack = (head * L + s) * packs_per_row + pack;
+      key = load_packed<kWidth>(keys, old_pack);
+      value = load_packed<kWidth>(values, old_pack);
+    } else {
+      const std::size_t b = head / H;
+      const int h = static_cast<int>(head % H);
+      const float* qkv_row = qkv + b * 3 * C + h * D;
+      key = load_packed<kWidth>(qkv_row + C, pack);
+      value = load_packed<kWidth>(qkv_row + 2 * C, pack);
+    }
+    store_packed<kWidth>(new_keys, i, key);
+    store_packed<kWidth>(new_values, i, value);
+  }
+}
+
 void check_heads(const char* launcher, int H, int C) {
   launch_checks::require_positive(launcher, "H", H);
   launch_checks::require_positive(launcher, "C", C);
@@ -318,14 +262,28 @@ void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, 
   const long long heads = static_cast<long long>(B) * H;
   launch_checks::require(heads <= 0x7fffffff, kName, "B * H must fit in an int");
 
-  const dim3 blocks(static_cast<unsigned int>(heads),
-                    static_cast<unsigned int>((T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock));
-  const std::size_t shared_bytes = causal_attention_shared_bytes(C / H);
-  // Above 48 KiB (D > 96) a kernel must opt in to more dynamic shared memory.
-  CUDA_CHECK(cudaFuncSetAttribute(causal_attention_kernel,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shared_bytes)));
-  causal_attention_kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
+  const dim3 blocks(
+      static_cast<unsigned int>(heads),
+      static_cast<unsigned int>((T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock));
+  const int D = C / H;
+  // 16-byte reads of the staged rows need D % 4 == 0 (the buffers are 16-byte aligned).
+  const int width = D % 4 == 0 ? 4 : 1;
+  const std::size_t shared_bytes = causal_attention_shared_bytes(D, width);
+  with_dims_per_lane(D, [&](auto dims) {
+    constexpr int kDims = decltype(dims)::value;
+    const auto launch = [&](auto kernel) {
+      // Above 48 KiB (D = 128) a kernel must opt in to more dynamic shared memory.
+      if (shared_bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+      kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
+    };
+    if (width == 4) {
+      launch(causal_attention_kernel<4, kDims>);
+    } else {
+      launch(causal_attention_kernel<1, kDims>);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -354,33 +312,49 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
   // Packed key reads need every key row 16-byte aligned; q is read element by element.
   const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
                       launch_checks::is_16_byte_aligned(values);
-  if (packed) {
-    decode_attention_kernel<4><<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values,
-                                                                      out, L, capacity, H, C);
-  } else {
-    decode_attention_kernel<1><<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values,
-                                                                      out, L, capacity, H, C);
-  }
+  with_dims_per_lane(C / H, [&](auto dims) {
+    constexpr int kDims = decltype(dims)::value;
+    if (packed) {
+      decode_attention_kernel<4, kDims><<<blocks, kDecodeThreads, 0, stream>>>(
+          q, q_row_stride, keys, values, out, L, capacity, H, C);
+    } else {
+      decode_attention_kernel<1, kDims><<<blocks, kDecodeThreads, 0, stream>>>(
+          q, q_row_stride, keys, values, out, L, capacity, H, C);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_append_kv(const float* qkv, float* keys, float* values, int position, int capacity,
-                      int B, int H, int C, cudaStream_t stream) {
-  constexpr const char* kName = "launch_append_kv";
+void launch_grow_kv_cache(const float* qkv, const float* keys, const float* values, float* new_keys,
+                          float* new_values, int L, int B, int H, int C, cudaStream_t stream) {
+  constexpr const char* kName = "launch_grow_kv_cache";
   launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
+  launch_checks::require_not_null(kName, "new_keys", new_keys);
+  launch_checks::require_not_null(kName, "new_values", new_values);
   launch_checks::require_positive(kName, "B", B);
-  launch_checks::require_positive(kName, "capacity", capacity);
   check_heads(kName, H, C);
-  if (position < 0 || position >= capacity)
-    launch_checks::fail(kName, "position (" + std::to_string(position) + ") must lie in [0, " +
-                                   std::to_string(capacity) + ")");
+  launch_checks::require(L >= 0, kName, "L must be >= 0");
+  if (L > 0) {
+    launch_checks::require_not_null(kName, "keys", keys);
+    launch_checks::require_not_null(kName, "values", values);
+  }
 
-  const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
-  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
-  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, position, /*T=*/1,
-                                                        capacity, B, H, C);
+  const int D = C / H;
+  const std::size_t rows = static_cast<std::size_t>(B) * H * (static_cast<std::size_t>(L) + 1);
+  const bool packed =
+      D % 4 == 0 && launch_checks::is_16_byte_aligned(qkv) &&
+      launch_checks::is_16_byte_aligned(keys) && launch_checks::is_16_byte_aligned(values) &&
+      launch_checks::is_16_byte_aligned(new_keys) && launch_checks::is_16_byte_aligned(new_values);
+  const int width = packed ? 4 : 1;
+  const unsigned int blocks =
+      launch_checks::grid_stride_blocks(rows * static_cast<std::size_t>(D / width), kStoreThreads);
+  if (packed) {
+    grow_kv_cache_kernel<4>
+        <<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, new_keys, new_values, L, B, H, C);
+  } else {
+    grow_kv_cache_kernel<1>
+        <<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, new_keys, new_values, L, B, H, C);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -42,21 +42,22 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
                              const float* values, float* out, int B, int L, int capacity, int H,
                              int C, cudaStream_t stream);
 
-/// Appends one step's keys and values to the cache at `position`:
-///   keys[b, h, position, d]   = qkv[b, C + h*D + d],
-///   values[b, h, position, d] = qkv[b, 2C + h*D + d].
-/// qkv [B, 3C] (the step's c_attn output), keys, values [B, H, capacity, D].
-/// Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0, C not
-/// divisible by H, or position outside [0, capacity).
-void launch_append_kv(const float* qkv, float* keys, float* values, int position, int capacity,
-                      int B, int H, int C, cudaStream_t stream);
+/// Hugging Face's DynamicCache update (torch.cat) for keys and values in one launch:
+/// a cache one position longer, holding the L cached positions and the step's k, v:
+///   new_keys[b, h, s, d]   = s < L ? keys[b, h, s, d]   : qkv[b, C + h*D + d],
+///   new_values[b, h, s, d] = s < L ? values[b, h, s, d] : qkv[b, 2C + h*D + d],
+/// for s <= L. qkv [B, 3C] (the step's c_attn output), keys, values [B, H, L, D] (may
+/// be null when L = 0), new_keys, new_values [B, H, L + 1, D], not overlapping the old.
+/// Throws std::invalid_argument on a null pointer, B, H, C <= 0, L < 0, or C not
+/// divisible by H.
+void launch_grow_kv_cache(const float* qkv, const float* keys, const float* values, float* new_keys,
+                          float* new_values, int L, int B, int H, int C, cudaStream_t stream);
 
 /// Stores the keys and values of T consecutive positions of every row (a prefill):
 ///   keys[b, h, first_position + t, d]   = qkv[b, t, C + h*D + d],
 ///   values[b, h, first_position + t, d] = qkv[b, t, 2C + h*D + d]   for t < T.
 /// qkv [B, T, 3C] (c_attn's output over the prompt), keys, values [B, H, capacity, D];
 /// cache positions outside first_position .. first_position + T - 1 are not touched.
-/// launch_append_kv is the case T = 1.
 /// Throws std::invalid_argument on a null pointer, B, T, H, C, capacity <= 0, C not
 /// divisible by H, first_position < 0, or first_position + T > capacity.
 void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int first_position,

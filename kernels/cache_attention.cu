@@ -12,7 +12,6 @@
 #include <climits>
 #include <cmath>
 #include <string>
-#include <type_traits>
 
 #include "common/cuda_check.hpp"
 #include "kernels/attention.cuh"
@@ -29,13 +28,15 @@ constexpr int kStaticWarps = 8;  // the warps of one (b, h) split the capacity
 constexpr int kStaticThreads = kStaticWarps * kWarpSize;
 constexpr int kFusedWarps = 4;  // the warps of one block split its share of positions
 constexpr int kFusedThreads = kFusedWarps * kWarpSize;
-// Flash-decoding split: aim for this many blocks per SM over all (b, h), so that a
-// single row still spreads over the whole GPU while B = 32 (384 heads) needs only two
-// splits. At most kMaxSplits blocks per (b, h), and at least 32 positions per block.
-constexpr int kTargetBlocksPerSm = 4;
+// Flash-decoding split: a block's four warps take one chunk of 32 positions each, so a
+// block covers 128 positions in one pass and a (b, h) gets one block per 128 positions
+// of the cache (at most kMaxSplits). Every warp's work is then one chunk, whatever B is:
+// at decode sizes each chunk is a couple of memory round trips, and a warp that walked
+// several chunks one after the other would add round trips, not bandwidth.
 constexpr int kMaxSplits = 32;  // the final merge reads one split per lane of a warp
 static_assert(kMaxSplits <= kWarpSize, "one warp merges the splits' maxima and sums");
 constexpr int kPositionsPerWarpChunk = kWarpSize;
+constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
 
 // ---------------------------------------------------------------- append
 
@@ -144,11 +145,12 @@ struct SplitWorkspace {
 // Shapes: qkv [B, 3C], keys, values [B, H, capacity, D], out [B, C]; D % kWidth == 0,
 //         D <= 32 kDims.
 // Grid:   blockIdx.x = b * H + h, blockIdx.y = split < splits. Positions 0 .. L - 1 are
-//         cut into shares of `share` = ceil(L / splits) rounded up to a multiple of 32;
-//         block `split` takes [split * share, min((split + 1) * share, L)), and the
-//         ceil(L / share) blocks that have a share are the active ones (the others
-//         return at once). Inside a block, warp w folds the chunks of 32 positions
-//         starting at share start + 32 w, + 32 (w + 4), ...; the four warp states are
+//         cut into shares of `share` = ceil(L / splits) rounded up to a multiple of 128
+//         (exactly 128 while capacity <= 128 * kMaxSplits); block `split` takes
+//         [split * share, min((split + 1) * share, L)), and the ceil(L / share) blocks
+//         that have a share are the active ones (the others return at once). Inside a
+//         block, warp w folds the chunks of 32 positions starting at share start + 32 w,
+//         + 32 (w + 4), ... (one chunk each unless the share is longer); the warp states are
 //         merged through shared memory. With one active block that is the output;
 //         otherwise each block writes its state to the workspace, and the last of the
 //         active blocks to arrive (an atomic counter per (b, h)) merges them: warp 0
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
   const int length = position + 1;
   const int share = (length + splits - 1) / splits;
   const int share_rounded =
-      (share + kPositionsPerWarpChunk - 1) / kPositionsPerWarpChunk * kPositionsPerWarpChunk;
+      (share + kPositionsPerBlock - 1) / kPositionsPerBlock * kPositionsPerBlock;
   const int active_splits = (length + share_rounded - 1) / share_rounded;
   const int first = split * share_rounded;
   if (first >= length) return;  // this block's share lies past the valid length
@@ -305,43 +307,12 @@ void check_head_size(const char* launcher, int B, int H, int C) {
                                       " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
 }
 
-/// Calls launch(std::integral_constant<int, kDims>{}) with kDims = dims_per_lane(D),
-/// so that each kernel is compiled for the number of head dimensions a lane holds.
-template <typename Launch>
-void with_dims_per_lane(int D, const Launch& launch) {
-  static_assert(kMaxHeadDim / kWarpSize == 4, "one case per possible dims_per_lane(D)");
-  switch (dims_per_lane(D)) {
-    case 1:
-      launch(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      launch(std::integral_constant<int, 2>{});
-      break;
-    case 3:
-      launch(std::integral_constant<int, 3>{});
-      break;
-    default:
-      launch(std::integral_constant<int, 4>{});
-      break;
-  }
-}
-
-/// The most splits a (b, h) may get for this capacity: at least one chunk of 32
-/// positions per split, and at most kMaxSplits. The workspace is sized for it.
-int max_splits(int capacity) {
-  const int chunks = (capacity + kPositionsPerWarpChunk - 1) / kPositionsPerWarpChunk;
-  return std::clamp(chunks, 1, kMaxSplits);
-}
-
-/// Splits per (b, h) so that B * H * splits is about kTargetBlocksPerSm blocks per SM.
-int choose_splits(long long heads, int capacity) {
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  int sm_count = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  const long long target_blocks = static_cast<long long>(kTargetBlocksPerSm) * sm_count;
-  const long long splits = (target_blocks + heads - 1) / heads;
-  return static_cast<int>(std::clamp<long long>(splits, 1, max_splits(capacity)));
+/// Blocks per (b, h) for this capacity: one per kPositionsPerBlock positions, at most
+/// kMaxSplits (longer caches give each block a longer share). The workspace is sized for
+/// it; a launch activates only the blocks the current length needs.
+int splits_for(int capacity) {
+  const int blocks = (capacity + kPositionsPerBlock - 1) / kPositionsPerBlock;
+  return std::clamp(blocks, 1, kMaxSplits);
 }
 
 /// Byte offsets of the workspace's four arrays, each 256-byte aligned.
@@ -356,7 +327,7 @@ std::size_t round_up_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; 
 
 WorkspaceLayout workspace_layout(int B, int H, int C, int capacity) {
   const std::size_t heads = static_cast<std::size_t>(B) * static_cast<std::size_t>(H);
-  const std::size_t states = heads * static_cast<std::size_t>(max_splits(capacity));
+  const std::size_t states = heads * static_cast<std::size_t>(splits_for(capacity));
   WorkspaceLayout layout{};
   layout.partial_max = round_up_256(heads * sizeof(int));
   layout.partial_sum = layout.partial_max + round_up_256(states * sizeof(float));
@@ -441,7 +412,7 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
   check_head_size(kName, B, H, C);
 
   const long long heads = static_cast<long long>(B) * H;
-  const int splits = choose_splits(heads, capacity);
+  const int splits = splits_for(capacity);
   const WorkspaceLayout layout = workspace_layout(B, H, C, capacity);
   char* base = static_cast<char*>(workspace);
   const SplitWorkspace split_workspace{reinterpret_cast<int*>(base),

@@ -63,10 +63,10 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
 /// Append and attend in one kernel, over the valid length L = p + 1 only:
 ///   keys[b, h, p] = k_b,  values[b, h, p] = v_b   (the head-h slices of qkv row b),
 ///   out[b, head h] = sum_{s <= p} softmax_s(q_b . k_s / sqrt(D)) v_s.
-/// Positions after p are never read. Flash-decoding: each (b, h) is split across up to
-/// `splits` blocks (chosen from the SM count so that B * H * splits fills the GPU), each
-/// block takes an equal share of the positions 0 .. p, whose length it reads from the
-/// cursor; blocks whose share lies past the length exit at once. Each block leaves its
+/// Positions after p are never read. Flash-decoding: each (b, h) gets one block per 128
+/// positions of the capacity (at most 32 blocks), each block takes a share of the
+/// positions 0 .. p, whose length it reads from the cursor, with one chunk of 32
+/// positions per warp; blocks whose share lies past the length exit at once. Each block leaves its
 /// partial softmax state (max, sum, weighted values) in `workspace`, and the last block
 /// of a (b, h) to finish merges them in split order, so the result does not depend on
 /// the order in which blocks run. The block that holds position p takes this step's k,

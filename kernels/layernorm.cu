@@ -1,12 +1,14 @@
-// kernels/layernorm.cu - LayerNorm, and residual add + LayerNorm fused; one warp per
-// row, two-pass statistics.
+// kernels/layernorm.cu - LayerNorm, and residual add + LayerNorm fused: one kernel
+// template, one block per row, the row held in registers, two-pass statistics.
 //
-// A row of GPT-2 small is 768 floats (3 KiB): one warp reads it three times (sum,
-// squared deviations, output), and the second and third reads come from L1. Two
-// passes instead of sum and sum of squares in one: E[x^2] - E[x]^2 cancels badly in
-// fp32 when the mean is large against the spread, while sum((x - mean)^2) does not.
-// The fused kernel keeps the summed row in registers instead (24 floats per lane at
-// C = 768), so its second and third passes read no memory at all.
+// A decode step normalizes only B rows (32 at the seed's batch), so a row is the unit
+// of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
+// (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
+// once, before the first reduction; a warp per row (an earlier version) walked its
+// 24 floats per lane in a chain of round trips on 1/8 of the SMs and took ~5 us a row
+// batch on the H200. Two passes instead of sum and sum of squares in one:
+// E[x^2] - E[x]^2 cancels badly in fp32 when the mean is large against the spread,
+// while sum((x - mean)^2) does not; both passes read the registers, not memory.
 #include "kernels/layernorm.cuh"
 
 #include <cmath>
@@ -20,119 +22,122 @@ namespace ladder {
 
 namespace {
 
-constexpr int kLayernormRowsPerBlock = 8;  // one warp per row
-constexpr int kLayernormThreads = kLayernormRowsPerBlock * kWarpSize;
+constexpr int kLayernormThreads = 256;
+constexpr int kLayernormWarps = kLayernormThreads / kWarpSize;
 
-// Math:   mean = sum_c x[r, c] / C;  var = sum_c (x[r, c] - mean)^2 / C;
-//         out[r, c] = (x[r, c] - mean) * rsqrt(var + eps) * weight[c] + bias[c].
-// Shapes: x, out [rows, C]; weight, bias [C]; C % kWidth == 0.
-// Grid:   blocks of kLayernormRowsPerBlock warps; warp w of block b normalizes row
-//         b * kLayernormRowsPerBlock + w; lane l handles packs l, l + 32, ... of the row.
-template <int kWidth>
-__global__ void layernorm_kernel(const float* x, const float* weight, const float* bias, float* out,
-                                 int rows, int C, float eps) {
-  const int row = blockIdx.x * kLayernormRowsPerBlock + threadIdx.x / kWarpSize;
+/// Sum of `value` over the block's threads; every thread receives the same result.
+/// `partials` is kLayernormWarps floats of shared memory, free again on return.
+__device__ __forceinline__ float block_sum(float value, float* partials) {
+  const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  if (row >= rows) return;  // whole warps leave together; no block-wide barrier follows
-  const int packs = C / kWidth;
-  const float* x_row = x + static_cast<std::size_t>(row) * C;
-  float* out_row = out + static_cast<std::size_t>(row) * C;
-
-  float sum = 0.0f;
-  for (int i = lane; i < packs; i += kWarpSize) {
-    const PackedFloats<kWidth> v = load_packed<kWidth>(x_row, i);
+  value = warp_sum(value);
+  if (lane == 0) partials[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kWidth; ++k) sum += v.values[k];
-  }
-  const float mean = warp_sum(sum) / static_cast<float>(C);
-
-  float squares = 0.0f;
-  for (int i = lane; i < packs; i += kWarpSize) {
-    const PackedFloats<kWidth> v = load_packed<kWidth>(x_row, i);
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) {
-      const float deviation = v.values[k] - mean;
-      squares += deviation * deviation;
-    }
-  }
-  const float inverse_std = rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps);
-
-  for (int i = lane; i < packs; i += kWarpSize) {
-    const PackedFloats<kWidth> v = load_packed<kWidth>(x_row, i);
-    const PackedFloats<kWidth> w = load_packed<kWidth>(weight, i);
-    const PackedFloats<kWidth> b = load_packed<kWidth>(bias, i);
-    PackedFloats<kWidth> result;
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k)
-      result.values[k] = (v.values[k] - mean) * inverse_std * w.values[k] + b.values[k];
-    store_packed<kWidth>(out_row, i, result);
-  }
+  for (int w = 0; w < kLayernormWarps; ++w) total += partials[w];  // the same order everywhere
+  __syncthreads();  // everyone has read partials before the next call overwrites them
+  return total;
 }
 
-// Math:   residual[r, c] += x[r, c]; then out[r, :] is the LayerNorm of the new
-//         residual[r, :], exactly as layernorm_kernel computes it (two-pass variance).
-// Shapes: residual, x, out [rows, C]; weight, bias [C]; C % kWidth == 0 and
-//         C / kWidth <= kWarpSize * kPacksPerLane.
-// Grid:   one warp per row, as layernorm_kernel; lane l holds packs l, l + 32, ...
-//         of the summed row in registers (at most kPacksPerLane of them), so each row
-//         of residual and x is read once, the sum is written once, and the statistics
-//         and the output are computed from the registers.
-template <int kWidth, int kPacksPerLane>
-__global__ void residual_layernorm_kernel(float* residual, const float* x, const float* weight,
-                                          const float* bias, float* out, int rows, int C,
-                                          float eps) {
-  const int row = blockIdx.x * kLayernormRowsPerBlock + threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  if (row >= rows) return;  // whole warps leave together; no block-wide barrier follows
+// Math:   v[r, :] = x[r, :], or with kAddResidual: residual[r, :] += x[r, :] and
+//         v[r, :] = the new residual[r, :];
+//         mean = sum_c v[r, c] / C;  var = sum_c (v[r, c] - mean)^2 / C;
+//         out[r, c] = (v[r, c] - mean) * rsqrt(var + eps) * weight[c] + bias[c].
+// Shapes: residual, x, out [rows, C]; weight, bias [C]; C % kWidth == 0,
+//         C / kWidth <= kLayernormThreads * kPacksPerThread.
+// Grid:   one block per row (blockIdx.x = r); thread t holds packs t, t + 256, ... of
+//         the row (at most kPacksPerThread) in registers, so the row is read once and
+//         the sum written once; the statistics come from the registers.
+template <int kWidth, int kPacksPerThread, bool kAddResidual>
+__global__ void __launch_bounds__(kLayernormThreads)
+    layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
+                         float* out, int C, float eps) {
+  __shared__ float partials[kLayernormWarps];
   const int packs = C / kWidth;
-  float* residual_row = residual + static_cast<std::size_t>(row) * C;
-  const float* x_row = x + static_cast<std::size_t>(row) * C;
-  float* out_row = out + static_cast<std::size_t>(row) * C;
+  const std::size_t row_offset = static_cast<std::size_t>(blockIdx.x) * C;
+  const float* x_row = x + row_offset;
+  float* residual_row = kAddResidual ? residual + row_offset : nullptr;
 
-  PackedFloats<kWidth> summed[kPacksPerLane];  // pack k is pack lane + 32 k of the row
+  PackedFloats<kWidth> row[kPacksPerThread];
+  PackedFloats<kWidth> w[kPacksPerThread];
+  PackedFloats<kWidth> b[kPacksPerThread];
   float sum = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kPacksPerLane; ++k) {
-    const int i = lane + k * kWarpSize;
+  for (int k = 0; k < kPacksPerThread; ++k) {
+    const int i = threadIdx.x + k * kLayernormThreads;
     if (i < packs) {
-      summed[k] = load_packed<kWidth>(residual_row, i);
-      const PackedFloats<kWidth> branch = load_packed<kWidth>(x_row, i);
+      row[k] = load_packed<kWidth>(x_row, i);
+      w[k] = load_packed<kWidth>(weight, i);
+      b[k] = load_packed<kWidth>(bias, i);
+      if constexpr (kAddResidual) {
+        const PackedFloats<kWidth> stream = load_packed<kWidth>(residual_row, i);
 #pragma unroll
-      for (int j = 0; j < kWidth; ++j) {
-        summed[k].values[j] += branch.values[j];
-        sum += summed[k].values[j];
+        for (int j = 0; j < kWidth; ++j) row[k].values[j] += stream.values[j];
+        store_packed<kWidth>(residual_row, i, row[k]);
       }
-      store_packed<kWidth>(residual_row, i, summed[k]);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) sum += row[k].values[j];
     }
   }
-  const float mean = warp_sum(sum) / static_cast<float>(C);
+  const float mean = block_sum(sum, partials) / static_cast<float>(C);
 
   float squares = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kPacksPerLane; ++k) {
-    if (lane + k * kWarpSize < packs) {
+  for (int k = 0; k < kPacksPerThread; ++k) {
+    if (threadIdx.x + k * kLayernormThreads < packs) {
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) {
-        const float deviation = summed[k].values[j] - mean;
+        const float deviation = row[k].values[j] - mean;
         squares += deviation * deviation;
       }
     }
   }
-  const float inverse_std = rsqrtf(warp_sum(squares) / static_cast<float>(C) + eps);
+  const float inverse_std = rsqrtf(block_sum(squares, partials) / static_cast<float>(C) + eps);
 
+  float* out_row = out + row_offset;
 #pragma unroll
-  for (int k = 0; k < kPacksPerLane; ++k) {
-    const int i = lane + k * kWarpSize;
+  for (int k = 0; k < kPacksPerThread; ++k) {
+    const int i = threadIdx.x + k * kLayernormThreads;
     if (i < packs) {
-      const PackedFloats<kWidth> w = load_packed<kWidth>(weight, i);
-      const PackedFloats<kWidth> b = load_packed<kWidth>(bias, i);
       PackedFloats<kWidth> result;
 #pragma unroll
       for (int j = 0; j < kWidth; ++j)
-        result.values[j] = (summed[k].values[j] - mean) * inverse_std * w.values[j] + b.values[j];
+        result.values[j] =
+            (row[k].values[j] - mean) * inverse_std * w[k].values[j] + b[k].values[j];
       store_packed<kWidth>(out_row, i, result);
     }
   }
+}
+
+/// Launches layernorm_row_kernel with the fewest registers that hold a row of C:
+/// kPacksPerThread = ceil(C / kWidth / 256), rounded up to 1, 2, 4 or 8.
+template <bool kAddResidual>
+void launch_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
+                       float* out, int rows, int C, float eps, bool packed, cudaStream_t stream) {
+  static_assert(kLayernormThreads * 1 * 8 == kMaxLayernormC, "the scalar path covers every C");
+  const auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(residual, x, weight,
+                                                                              bias, out, C, eps);
+  };
+  const int width = packed ? 4 : 1;
+  const int packs_per_thread = (C / width + kLayernormThreads - 1) / kLayernormThreads;
+  if (packed) {
+    if (packs_per_thread <= 1) {
+      launch(layernorm_row_kernel<4, 1, kAddResidual>);
+    } else {
+      launch(layernorm_row_kernel<4, 2, kAddResidual>);  // C <= 2048 = kMaxLayernormC
+    }
+  } else if (packs_per_thread <= 1) {
+    launch(layernorm_row_kernel<1, 1, kAddResidual>);
+  } else if (packs_per_thread <= 2) {
+    launch(layernorm_row_kernel<1, 2, kAddResidual>);
+  } else if (packs_per_thread <= 4) {
+    launch(layernorm_row_kernel<1, 4, kAddResidual>);
+  } else {
+    launch(layernorm_row_kernel<1, 8, kAddResidual>);
+  }
+  CUDA_CHECK_LAUNCH();
 }
 
 void check_layernorm_arguments(const char* launcher, const float* weight, const float* bias,
@@ -144,10 +149,10 @@ void check_layernorm_arguments(const char* launcher, const float* weight, const 
   launch_checks::require_positive(launcher, "C", C);
   launch_checks::require(std::isfinite(eps) && eps >= 0.0f, launcher,
                          "eps must be finite and >= 0");
-}
-
-unsigned int layernorm_blocks(int rows) {
-  return static_cast<unsigned int>((rows + kLayernormRowsPerBlock - 1) / kLayernormRowsPerBlock);
+  if (C > kMaxLayernormC)
+    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") exceeds " +
+                                      std::to_string(kMaxLayernormC) +
+                                      ", the longest row a block keeps in registers");
 }
 
 }  // namespace
@@ -157,20 +162,12 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
   constexpr const char* kName = "launch_layernorm";
   launch_checks::require_not_null(kName, "x", x);
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
-
-  const unsigned int blocks = layernorm_blocks(rows);
   const bool packed = C % 4 == 0 && launch_checks::is_16_byte_aligned(x) &&
                       launch_checks::is_16_byte_aligned(weight) &&
                       launch_checks::is_16_byte_aligned(bias) &&
                       launch_checks::is_16_byte_aligned(out);
-  if (packed) {
-    layernorm_kernel<4>
-        <<<blocks, kLayernormThreads, 0, stream>>>(x, weight, bias, out, rows, C, eps);
-  } else {
-    layernorm_kernel<1>
-        <<<blocks, kLayernormThreads, 0, stream>>>(x, weight, bias, out, rows, C, eps);
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_row_kernel</*kAddResidual=*/false>(nullptr, x, weight, bias, out, rows, C, eps, packed,
+                                            stream);
 }
 
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
@@ -182,33 +179,12 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
   launch_checks::require(out != residual, kName,
                          "out must not be residual (residual keeps the sum, out its LayerNorm)");
-  if (C > kMaxResidualLayernormC)
-    launch_checks::fail(kName, "C (" + std::to_string(C) + ") exceeds " +
-                                   std::to_string(kMaxResidualLayernormC) +
-                                   ", the longest row a warp keeps in registers");
-
-  const unsigned int blocks = layernorm_blocks(rows);
   const bool packed =
       C % 4 == 0 && launch_checks::is_16_byte_aligned(residual) &&
       launch_checks::is_16_byte_aligned(x) && launch_checks::is_16_byte_aligned(weight) &&
       launch_checks::is_16_byte_aligned(bias) && launch_checks::is_16_byte_aligned(out);
-  // The fewest registers that hold the row: packs per lane = ceil(C / kWidth / 32).
-  static_assert(kWarpSize * 4 * 16 == kMaxResidualLayernormC, "packed path covers every C");
-  static_assert(kWarpSize * 1 * 64 == kMaxResidualLayernormC, "scalar path covers every C");
-  if (packed && C <= kWarpSize * 4 * 8) {
-    residual_layernorm_kernel<4, 8>
-        <<<blocks, kLayernormThreads, 0, stream>>>(residual, x, weight, bias, out, rows, C, eps);
-  } else if (packed) {
-    residual_layernorm_kernel<4, 16>
-        <<<blocks, kLayernormThreads, 0, stream>>>(residual, x, weight, bias, out, rows, C, eps);
-  } else if (C <= kWarpSize * 8) {
-    residual_layernorm_kernel<1, 8>
-        <<<blocks, kLayernormThreads, 0, stream>>>(residual, x, weight, bias, out, rows, C, eps);
-  } else {
-    residual_layernorm_kernel<1, 64>
-        <<<blocks, kLayernormThreads, 0, stream>>>(residual, x, weight, bias, out, rows, C, eps);
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_row_kernel</*kAddResidual=*/true>(residual, x, weight, bias, out, rows, C, eps, packed,
+                                           stream);
 }
 
 }  // namespace ladder

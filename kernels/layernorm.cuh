@@ -11,14 +11,15 @@
 
 namespace ladder {
 
-/// The longest row launch_residual_layernorm accepts (every GPT-2 size; the largest,
+/// The longest row the LayerNorm launchers accept (every GPT-2 size; the largest,
 /// GPT-2 XL, has C = 1600).
-constexpr int kMaxResidualLayernormC = 2048;
+constexpr int kMaxLayernormC = 2048;
 
 /// LayerNorm of each of the `rows` rows of x into out (out may equal x: in place).
-/// One warp per row; two passes over the row (mean, then the sum of squared
-/// deviations) keep the variance accurate even when the mean is large.
-/// Throws std::invalid_argument on a null pointer, rows, C <= 0, or eps < 0 or not finite.
+/// One block per row, the row in registers; two passes over it (mean, then the sum of
+/// squared deviations) keep the variance accurate even when the mean is large.
+/// Throws std::invalid_argument on a null pointer, rows, C <= 0, C > kMaxLayernormC,
+/// or eps < 0 or not finite.
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
                       int C, float eps, cudaStream_t stream);
 
@@ -28,10 +29,10 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
 /// being added (attention or MLP projection); out [rows, C] receives the normalized row,
 /// the next matmul's input. Each row of residual and x is read once and each output
 /// written once, in one launch; launch_residual_add then launch_layernorm read the
-/// residual twice, in two launches. One warp per row keeps the summed row in
+/// residual twice, in two launches. One block per row keeps the summed row in
 /// registers. out may equal x, not residual.
-/// Throws std::invalid_argument on a null pointer, rows, C <= 0, C >
-/// kMaxResidualLayernormC, eps < 0 or not finite, or out == residual.
+/// Throws std::invalid_argument on a null pointer, rows, C <= 0, C > kMaxLayernormC,
+/// eps < 0 or not finite, or out == residual.
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
                                const float* bias, float* out, int rows, int C, float eps,
                                cudaStream_t stream);

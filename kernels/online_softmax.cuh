@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/attention.cuh"
 #include "kernels/device_primitives.cuh"
@@ -30,6 +31,27 @@ namespace ladder {
 /// Head dimensions per lane: ceil(D / 32), at most kMaxHeadDim / 32 (host and device).
 constexpr int dims_per_lane(int D) { return (D + kWarpSize - 1) / kWarpSize; }
 static_assert(kMaxHeadDim % kWarpSize == 0, "a head row is split evenly over the lanes");
+
+/// Host side: calls launch(std::integral_constant<int, kDims>{}) with kDims =
+/// dims_per_lane(D), so that each kernel is compiled for the head dimensions a lane holds.
+template <typename Launch>
+void with_dims_per_lane(int D, const Launch& launch) {
+  static_assert(kMaxHeadDim / kWarpSize == 4, "one case per possible dims_per_lane(D)");
+  switch (dims_per_lane(D)) {
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 4>{});
+      break;
+  }
+}
 
 /// What one warp has accumulated over the key positions it has seen so far.
 template <int kDims>
@@ -99,23 +121,19 @@ __device__ __forceinline__ void fold_positions(const float* query, const RowsOf&
   for (int i = 0; i < kDims; ++i) state.weighted_values[i] *= rescale;
 
   // Lanes whose dimension d is past the row read v[D - 1] instead (an in-bounds
-  // broadcast): no branch, so the loads of several positions can be in flight at once.
+  // broadcast), and positions past the end of a short run read the run's last row again
+  // with probability 0 (adding p * v = +0 changes no sum): no branch and a fixed trip
+  // count, so the loop unrolls and the value rows of many positions are loaded at once
+  // instead of one memory round trip per position, even for a run's last, short chunk.
   int columns[kDims];
 #pragma unroll
   for (int i = 0; i < kDims; ++i) columns[i] = min(lane + i * kWarpSize, D - 1);
-  const auto accumulate = [&](int j) {
-    const float p = __shfl_sync(kFullWarpMask, probability, j);
-    const float* value = rows_of(first + j).value;
+#pragma unroll 16
+  for (int j = 0; j < kWarpSize; ++j) {
+    const float p = __shfl_sync(kFullWarpMask, probability, j);  // 0 for j >= count
+    const float* value = rows_of(first + min(j, count - 1)).value;
 #pragma unroll
     for (int i = 0; i < kDims; ++i) state.weighted_values[i] += p * value[columns[i]];
-  };
-  if (count == kWarpSize) {
-    // Every chunk but a run's last: a fixed trip count, unrolled so that several value
-    // rows are loaded at once instead of one memory round trip per position.
-#pragma unroll 16
-    for (int j = 0; j < kWarpSize; ++j) accumulate(j);
-  } else {
-    for (int j = 0; j < count; ++j) accumulate(j);
   }
   state.running_max = new_max;
 }

@@ -10,6 +10,7 @@
 #             must equal Hugging Face's (needs torch and transformers)
 #   sanitize  compute-sanitizer memcheck on a short run of every chapter
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
+#   micro     every program in bench/ (host cost per call, epilogue fusion), B = 32 and 1
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
 # If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
 # access), they are unpacked and used.
@@ -44,7 +45,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants hf || wants sanitize || wants bench; then
+if wants test || wants hf || wants sanitize || wants bench || wants micro; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -108,6 +109,20 @@ if wants bench; then
     grep -E '^ +[0-9]+ +[0-9]+ ' "$out/logs/$name.bench.log"
   done
   tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$out/results"
+fi
+
+if wants micro; then
+  for program in "$build"/bench/*; do
+    name=$(basename "$program")
+    for batch in 32 1; do
+      if "$program" --batch "$batch" > "$out/logs/$name.b$batch.log" 2>&1; then
+        note "micro $name --batch $batch: ok"
+      else
+        note "micro $name --batch $batch: FAILED"
+      fi
+      grep -E '^\|' "$out/logs/$name.b$batch.log"
+    done
+  done
 fi
 
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"

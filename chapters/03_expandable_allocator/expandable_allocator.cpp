@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/chapter_runner.hpp"
@@ -71,8 +72,8 @@ class KvCacheDecoder final : public ladder::Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
     CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice, stream));
+                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                               stream));
     DeviceBuffer finished = allocate<std::int32_t>(B);
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
@@ -91,22 +92,20 @@ class KvCacheDecoder final : public ladder::Decoder {
       ladder::NvtxRange step_range("step");
       // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
       // later step feeds only the tokens the step before chose, one per row.
-      DeviceBuffer step_logits = steps == 0
-                                     ? prefill(sequence.as<std::int32_t>(), B, T, cache)
-                                     : decode_step(next_tokens.as<std::int32_t>(), B, cache);
+      DeviceBuffer step_logits = steps == 0 ? prefill(sequence.as<std::int32_t>(), B, T, cache)
+                                            : decode_step(next_tokens.as<std::int32_t>(), B, cache);
       next_tokens = allocate<std::int32_t>(B);
       ladder::launch_argmax_step(step_logits.as<float>(), forced.as<std::int32_t>(),
-                                 next_tokens.as<std::int32_t>(),
-                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
-                                 generated.as<std::int32_t>(), B, config_.vocab_size, steps,
-                                 max_new_tokens, eos_token_id_, stream);
+                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
+                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(), B,
+                                 config_.vocab_size, steps, max_new_tokens, eos_token_id_, stream);
       logits.record(step_logits.as<float>(), B, config_.vocab_size, stream);
       ++steps;
 
       // The seed's stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(),
-                                 sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(), sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       ++output.host_syncs;
       if (every_row_finished) break;
@@ -154,8 +153,8 @@ class KvCacheDecoder final : public ladder::Decoder {
                                          cache.values.back().as<float>(), /*first_position=*/0, T,
                                          /*capacity=*/T, B, config_.n_head, C, stream);
         DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(rows) * C);
-        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T,
-                                        config_.n_head, C, stream);
+        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T, config_.n_head,
+                                        C, stream);
         DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
         linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
                projected.as<float>(), rows, C, C);
@@ -218,16 +217,7 @@ class KvCacheDecoder final : public ladder::Decoder {
                                  normed.as<float>(), B, C, eps, stream);
         DeviceBuffer qkv = allocate<float>(static_cast<std::size_t>(B) * 3 * C);
         linear(normed.as<float>(), layer.qkv_weight, layer.qkv_bias, qkv.as<float>(), B, C, 3 * C);
-        {
-          // The cache grows as Hugging Face's DynamicCache grows it (torch.cat): one
-          // position longer, the old L positions copied in, the new one written at L.
-          ladder::NvtxRange grow_range("grow kv cache");
-          cache.keys[layer_index] = one_position_longer(cache.keys[layer_index], B, L);
-          cache.values[layer_index] = one_position_longer(cache.values[layer_index], B, L);
-          ladder::launch_append_kv(qkv.as<float>(), cache.keys[layer_index].as<float>(),
-                                   cache.values[layer_index].as<float>(), /*position=*/L,
-                                   /*capacity=*/L + 1, B, H, C, stream);
-        }
+        grow_kv_cache(cache, layer_index, qkv.as<float>(), B, L);
         DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(B) * C);
         // The query is read in place from the q third of qkv (rows 3C apart).
         ladder::launch_decode_attention(qkv.as<float>(), 3 * C, cache.keys[layer_index].as<float>(),
@@ -265,21 +255,22 @@ class KvCacheDecoder final : public ladder::Decoder {
     return logits;
   }
 
-  // NEW in chapter 02: torch.cat's copy. A new [B, H, L + 1, D] buffer from the allocator
-  // with the L positions of `cached` [B, H, L, D] copied in (position L is the caller's
-  // to write); assigning the result over `cached` frees the old buffer. Keys and values
-  // of every layer, every step: 2 * n_layer * B * L * C * 4 bytes copied per step.
-  DeviceBuffer one_position_longer(const DeviceBuffer& cached, int B, int L) {
+  // NEW in chapter 02: the cache grows as Hugging Face's DynamicCache grows it
+  // (torch.cat): new [B, H, L + 1, D] buffers from the allocator, the L cached positions
+  // copied in and the step's keys and values written at L, in one launch; assigning the
+  // new buffers over the old ones frees those. Keys and values of every layer, every
+  // step: 2 * n_layer * B * L * C * 4 bytes read and written again.
+  void grow_kv_cache(KvCache& cache, int layer_index, const float* qkv, int B, int L) {
+    ladder::NvtxRange range("grow kv cache");
     const int C = config_.n_embd;
-    const int H = config_.n_head;
-    const std::size_t position_bytes = sizeof(float) * static_cast<std::size_t>(C / H);
-    DeviceBuffer longer = allocate<float>(static_cast<std::size_t>(B) * (L + 1) * C);
-    // B * H rows (one per row and head) of L positions each, into rows of L + 1 positions.
-    CUDA_CHECK(cudaMemcpy2DAsync(longer.as<void>(), position_bytes * (L + 1), cached.as<void>(),
-                                 position_bytes * L, position_bytes * L,
-                                 static_cast<std::size_t>(B) * H, cudaMemcpyDeviceToDevice,
-                                 stream_.get()));
-    return longer;
+    const std::size_t size = static_cast<std::size_t>(B) * (L + 1) * C;
+    DeviceBuffer keys = allocate<float>(size);
+    DeviceBuffer values = allocate<float>(size);
+    ladder::launch_grow_kv_cache(qkv, cache.keys[layer_index].as<float>(),
+                                 cache.values[layer_index].as<float>(), keys.as<float>(),
+                                 values.as<float>(), L, B, config_.n_head, C, stream_.get());
+    cache.keys[layer_index] = std::move(keys);
+    cache.values[layer_index] = std::move(values);
   }
 
   /// out = x W + b, as two launches: the matmul (cuBLAS), then the bias.

@@ -1,6 +1,6 @@
 // tests/gpu/test_attention.cpp - kernels/attention (causal attention, decode attention,
-// KV append, KV store of a whole sequence) against reference::causal_attention,
-// reference::decode_attention and plain CPU loops.
+// the KV cache grown by one position, KV store of a whole sequence) against
+// reference::causal_attention, reference::decode_attention and plain CPU loops.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -120,46 +120,67 @@ TEST_CASE("launch_decode_attention matches the reference and ignores positions >
   }
 }
 
-TEST_CASE("launch_append_kv writes exactly one position of the cache", "[kernels]") {
+TEST_CASE("launch_grow_kv_cache copies the cache one position longer and appends", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
-  const int capacity = 9;
 
   for (const HeadShape shape : kHeadShapes) {
     for (const int B : {1, 3}) {
-      for (const int position : {0, 4, capacity - 1}) {
-        const int C = shape.C;
-        const int H = shape.H;
-        const int D = C / H;
-        CAPTURE(B, position, capacity, H, C);
-        const std::vector<float> qkv = test::random_qkv(rng, B, C);
-        const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
-        const std::vector<float> keys = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
-        const std::vector<float> values = test::random_uniform(rng, cache_size, -1.0f, 1.0f);
-        const test::DeviceArray<float> qkv_device(qkv);
-        test::DeviceArray<float> keys_device(keys);
-        test::DeviceArray<float> values_device(values);
+      for (const int L : {0, 1, 7, 33}) {
+        for (const bool aligned : {true, false}) {
+          const int C = shape.C;
+          const int H = shape.H;
+          const int D = C / H;
+          CAPTURE(B, L, H, C, aligned);
+          const std::vector<float> qkv = test::random_qkv(rng, B, C);
+          const std::size_t old_size = static_cast<std::size_t>(B) * H * L * D;
+          const std::vector<float> keys = test::random_uniform(rng, old_size, -1.0f, 1.0f);
+          const std::vector<float> values = test::random_uniform(rng, old_size, -1.0f, 1.0f);
+          // One float past a 16-byte boundary forces the scalar path.
+          const std::size_t shift = aligned ? 0 : 1;
+          std::vector<float> shifted_qkv(qkv.size() + shift, 0.0f);
+          std::copy(qkv.begin(), qkv.end(),
+                    shifted_qkv.begin() + static_cast<std::ptrdiff_t>(shift));
+          const test::DeviceArray<float> qkv_device(shifted_qkv);
+          const test::DeviceArray<float> keys_device(keys.empty() ? std::vector<float>{0.0f}
+                                                                  : keys);
+          const test::DeviceArray<float> values_device(values.empty() ? std::vector<float>{0.0f}
+                                                                      : values);
+          const std::size_t new_size = static_cast<std::size_t>(B) * H * (L + 1) * D;
+          test::DeviceArray<float> new_keys(new_size);
+          test::DeviceArray<float> new_values(new_size);
+          new_keys.poison();
+          new_values.poison();
 
-        launch_append_kv(qkv_device.get(), keys_device.get(), values_device.get(), position,
-                         capacity, B, H, C, stream.get());
-        stream.synchronize();
+          launch_grow_kv_cache(qkv_device.get() + shift, L > 0 ? keys_device.get() : nullptr,
+                               L > 0 ? values_device.get() : nullptr, new_keys.get(),
+                               new_values.get(), L, B, H, C, stream.get());
+          stream.synchronize();
 
-        std::vector<float> expected_keys = keys;
-        std::vector<float> expected_values = values;
-        for (int b = 0; b < B; ++b) {
-          for (int h = 0; h < H; ++h) {
-            for (int d = 0; d < D; ++d) {
-              const std::size_t slot =
-                  ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
-              const std::size_t key_column =
-                  static_cast<std::size_t>(b) * 3 * C + C + static_cast<std::size_t>(h) * D + d;
-              expected_keys[slot] = qkv[key_column];
-              expected_values[slot] = qkv[key_column + C];
+          std::vector<float> expected_keys(new_size);
+          std::vector<float> expected_values(new_size);
+          for (int b = 0; b < B; ++b) {
+            for (int h = 0; h < H; ++h) {
+              for (int s = 0; s <= L; ++s) {
+                for (int d = 0; d < D; ++d) {
+                  const std::size_t head = static_cast<std::size_t>(b) * H + h;
+                  const std::size_t slot = (head * (L + 1) + s) * D + d;
+                  if (s < L) {
+                    expected_keys[slot] = keys[(head * L + s) * D + d];
+                    expected_values[slot] = values[(head * L + s) * D + d];
+                  } else {
+                    const std::size_t key_column = static_cast<std::size_t>(b) * 3 * C + C +
+                                                   static_cast<std::size_t>(h) * D + d;
+                    expected_keys[slot] = qkv[key_column];
+                    expected_values[slot] = qkv[key_column + C];
+                  }
+                }
+              }
             }
           }
+          CHECK(new_keys.download() == expected_keys);
+          CHECK(new_values.download() == expected_values);
         }
-        CHECK(keys_device.download() == expected_keys);
-        CHECK(values_device.download() == expected_values);
       }
     }
   }
@@ -284,9 +305,10 @@ TEST_CASE("store_kv_sequence + decode_attention reproduce causal attention's las
 }
 
 // A whole sequence two ways: causal attention at once, and token by token through the
-// cache (append_kv, then decode_attention over positions 0 .. t). Every cache length
-// from 1 to T is exercised, and the two kernels must agree on every output row.
-TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step", "[kernels]") {
+// cache as chapter 02 grows it (grow_kv_cache, then decode_attention over positions
+// 0 .. t). Every cache length from 1 to T is exercised, and the two kernels must agree
+// on every output row.
+TEST_CASE("grow_kv_cache + decode_attention reproduce causal_attention step by step", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3;
@@ -306,11 +328,17 @@ TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step"
     stream.synchronize();
     const std::vector<float> whole_result = whole.download();
 
+    // Two caches of `capacity` positions in ping-pong: step t grows the one holding t
+    // positions into the other, as a length-(t + 1) cache (capacity = t + 1).
     const std::size_t cache_size = static_cast<std::size_t>(B) * H * capacity * D;
-    test::DeviceArray<float> keys(cache_size);
-    test::DeviceArray<float> values(cache_size);
-    keys.poison();
-    values.poison();
+    test::DeviceArray<float> keys[2] = {test::DeviceArray<float>(cache_size),
+                                        test::DeviceArray<float>(cache_size)};
+    test::DeviceArray<float> values[2] = {test::DeviceArray<float>(cache_size),
+                                          test::DeviceArray<float>(cache_size)};
+    for (int i = 0; i < 2; ++i) {
+      keys[i].poison();
+      values[i].poison();
+    }
     test::DeviceArray<float> step_qkv(static_cast<std::size_t>(B) * 3 * C);
     test::DeviceArray<float> step_out(static_cast<std::size_t>(B) * C);
     for (int t = 0; t < T; ++t) {
@@ -318,10 +346,12 @@ TEST_CASE("append_kv + decode_attention reproduce causal_attention step by step"
       const std::vector<float> expected = test::rows_at_step(whole_result, B, T, t, C);
       step_qkv.upload(test::rows_at_step(qkv, B, T, t, 3 * C));
       step_out.poison();
-      launch_append_kv(step_qkv.get(), keys.get(), values.get(), t, capacity, B, H, C,
-                       stream.get());
-      launch_decode_attention(step_qkv.get(), 3 * C, keys.get(), values.get(), step_out.get(), B,
-                              t + 1, capacity, H, C, stream.get());
+      const int from = t % 2;
+      const int to = 1 - from;
+      launch_grow_kv_cache(step_qkv.get(), keys[from].get(), values[from].get(), keys[to].get(),
+                           values[to].get(), /*L=*/t, B, H, C, stream.get());
+      launch_decode_attention(step_qkv.get(), 3 * C, keys[to].get(), values[to].get(),
+                              step_out.get(), B, t + 1, /*capacity=*/t + 1, H, C, stream.get());
       stream.synchronize();
       REQUIRE(test::checked_relative_error(step_out.download(), expected) <= kTolerance);
     }
@@ -362,17 +392,22 @@ TEST_CASE("attention launchers reject bad arguments", "[kernels]") {
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_decode_attention(in, 64, in, in, nullptr, 1, 1, 4, 2, 64, nullptr),
                   std::invalid_argument);
-  // append: (qkv, keys, values, position, capacity, B, H, C)
-  CHECK_THROWS_AS(launch_append_kv(in, out, out, 4, 4, 1, 2, 64, nullptr),
-                  std::invalid_argument);  // position == capacity
-  CHECK_THROWS_AS(launch_append_kv(in, out, out, -1, 4, 1, 2, 64, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(launch_append_kv(in, out, out, 0, 4, 0, 2, 64, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(launch_append_kv(in, out, out, 0, 4, 1, 3, 64, nullptr), std::invalid_argument);
-  CHECK_THROWS_AS(launch_append_kv(nullptr, out, out, 0, 4, 1, 2, 64, nullptr),
+  // grow: (qkv, keys, values, new_keys, new_values, L, B, H, C)
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, in, out, out, -1, 1, 2, 64, nullptr),
+                  std::invalid_argument);  // L < 0
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, in, out, out, 1, 0, 2, 64, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_append_kv(in, nullptr, out, 0, 4, 1, 2, 64, nullptr),
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, in, out, out, 1, 1, 3, 64, nullptr),
+                  std::invalid_argument);  // C % H != 0
+  CHECK_THROWS_AS(launch_grow_kv_cache(nullptr, in, in, out, out, 1, 1, 2, 64, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_append_kv(in, out, nullptr, 0, 4, 1, 2, 64, nullptr),
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, nullptr, in, out, out, 1, 1, 2, 64, nullptr),
+                  std::invalid_argument);  // old keys needed when L > 0
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, nullptr, out, out, 1, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, in, nullptr, out, 1, 1, 2, 64, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_grow_kv_cache(in, in, in, out, nullptr, 1, 1, 2, 64, nullptr),
                   std::invalid_argument);
   // store a sequence: (qkv, keys, values, first_position, T, capacity, B, H, C)
   CHECK_THROWS_AS(launch_store_kv_sequence(in, out, out, 2, 3, 4, 1, 2, 64, nullptr),

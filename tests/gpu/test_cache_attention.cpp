@@ -293,10 +293,16 @@ TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions
           "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
-  const int capacity = 1024;  // GPT-2's n_positions: the grid is sized for it
+  // GPT-2's n_positions (8 blocks of 128 positions per head), and a cache longer than
+  // the 32 blocks a head may have, whose blocks then take shares of 256 positions.
+  struct CacheShape {
+    int capacity;
+    int B;
+  };
+  constexpr CacheShape kCacheShapes[] = {{1024, 1}, {1024, 3}, {1024, 32}, {4500, 1}};
 
   for (const HeadShape shape : kHeadShapes) {
-    for (const int B : {1, 3, 32}) {
+    for (const auto [capacity, B] : kCacheShapes) {
       const int C = shape.C;
       const int H = shape.H;
       const int D = C / H;
@@ -306,7 +312,8 @@ TEST_CASE("launch_fused_decode_attention appends k, v and attends over positions
       // Zeroed once; every launch must leave it ready for the next one.
       test::DeviceArray<unsigned char> workspace = zeroed_workspace(B, H, C, capacity);
 
-      for (const int length : {1, 2, 63, 64, 65, 257, 1000}) {
+      for (const int length : {1, 2, 63, 64, 65, 127, 128, 129, 257, 1000, 4300}) {
+        if (length > capacity) continue;
         const int position = length - 1;
         CAPTURE(B, length, capacity, H, C);
         const std::vector<float> qkv = test::random_qkv(rng, B, C);

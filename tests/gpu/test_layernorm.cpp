@@ -34,7 +34,8 @@ TEST_CASE("launch_layernorm matches the reference", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
-  for (const int C : {64, 100, 768, 3}) {
+  // Every instantiation: packed rows of 1 and 2 packs a thread, scalar rows of 1 to 8.
+  for (const int C : {64, 100, 768, 3, 515, 1025, 1600, kMaxLayernormC}) {
     const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
     const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
     const test::DeviceArray<float> weight_device(weight);
@@ -111,7 +112,7 @@ TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernel
   // 3, 100: scalar path; 64, 768, 1024: packed, 8 packs per lane or fewer; 1600 (GPT-2 XL)
   // and 2048 (the largest accepted): packed, 16 packs per lane; 1000: packed with
   // a partly filled last pack per lane.
-  for (const int C : {3, 64, 100, 768, 1000, 1024, 1600, kMaxResidualLayernormC}) {
+  for (const int C : {3, 64, 100, 515, 768, 1000, 1024, 1025, 1600, kMaxLayernormC}) {
     const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
     const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
     const test::DeviceArray<float> weight_device(weight);
@@ -194,9 +195,9 @@ TEST_CASE("launch_residual_layernorm rejects bad arguments", "[kernels]") {
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 0, kEps, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 1, kMaxResidualLayernormC + 1,
-                                            kEps, nullptr),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      launch_residual_layernorm(residual, x, x, x, out, 1, kMaxLayernormC + 1, kEps, nullptr),
+      std::invalid_argument);
   CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 64, -1.0f, nullptr),
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_residual_layernorm(residual, x, x, x, out, 4, 64,
@@ -224,6 +225,8 @@ TEST_CASE("launch_layernorm rejects bad arguments", "[kernels]") {
   CHECK_THROWS_AS(launch_layernorm(x, x, x, out, -1, 64, kEps, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(launch_layernorm(x, x, x, out, 4, 0, kEps, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(launch_layernorm(x, x, x, out, 4, 64, -1.0f, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_layernorm(x, x, x, out, 1, kMaxLayernormC + 1, kEps, nullptr),
+                  std::invalid_argument);
   CHECK_THROWS_AS(
       launch_layernorm(x, x, x, out, 4, 64, std::numeric_limits<float>::quiet_NaN(), nullptr),
       std::invalid_argument);
