@@ -7,10 +7,10 @@
 // the heuristic returns for the fused problem need not be the one it returns for the
 // plain product. This program times, on the GPU (CUDA events, the median of 50 repeats
 // of 10 calls after warm-up), each of GPT-2 small's four decode products at B rows:
-//   cublasSgemm + add_bias (+ gelu)        chapter 04's three launches
-//   cuBLASLt plain + add_bias (+ gelu)      the same, the product through cuBLASLt
-//   cuBLASLt bias epilogue (+ gelu)         bias fused
-//   cuBLASLt bias + GELU epilogue           chapter 05's one launch (c_fc only)
+//   cuBLASLt plain + add_bias (+ gelu)      bias (and GELU) in launches of their own
+//   cuBLASLt bias epilogue (+ gelu)         chapters 01-04: bias fused, as PyTorch's addmm
+//   cuBLASLt bias + GELU epilogue           chapter 05: one launch (c_fc only)
+// and the last two again with SplitKReduction::kInsideTheKernel (no splitKreduce launch),
 // and prints the microseconds per product. Weights and inputs are zero: the time of a
 // dense fp32 product does not depend on the values.
 //
@@ -47,13 +47,11 @@ int run(int argc, char** argv) {
   float* out = scratch.floats(static_cast<std::size_t>(B) * 4 * kC);
   float* weight = scratch.floats(static_cast<std::size_t>(kC) * 4 * kC);
   float* bias = scratch.floats(4 * kC);
-  float* cublas_workspace =
-      scratch.floats(ladder::CublasHandle::kRecommendedWorkspaceBytes / sizeof(float));
   float* lt_workspace =
       scratch.floats(ladder::LtMatmul::kRecommendedWorkspaceBytes / sizeof(float));
-  ladder::CublasHandle cublas(s, cublas_workspace, ladder::CublasHandle::kRecommendedWorkspaceBytes,
-                              /*allow_tf32=*/false);
   ladder::LtMatmul lt(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes);
+  ladder::LtMatmul lt_in_kernel(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
+                                /*allow_tf32=*/false, ladder::SplitKReduction::kInsideTheKernel);
   using ladder::LinearEpilogue;
 
   const auto microseconds = [&](const std::function<void()>& call) {
@@ -77,37 +75,37 @@ int run(int argc, char** argv) {
   std::printf("\nGPU us per product at B = %d rows, fp32 (median of %d repeats of %d calls):\n\n",
               B, kTimedRepeats, kCallsPerRepeat);
   std::printf(
-      "| product | cublasSgemm + add_bias (+ gelu) | cuBLASLt + add_bias (+ gelu) | "
-      "cuBLASLt bias epilogue (+ gelu) | cuBLASLt bias + GELU epilogue |\n"
-      "|---|--:|--:|--:|--:|\n");
+      "| product | cuBLASLt + add_bias (+ gelu) | "
+      "cuBLASLt bias epilogue (+ gelu) | cuBLASLt bias + GELU epilogue | "
+      "split-K summed in the kernel: bias epilogue (+ gelu) | bias + GELU epilogue |\n"
+      "|---|--:|--:|--:|--:|--:|\n");
   for (const Product& p : products) {
     const auto gelu = [&] {
       if (p.gelu) ladder::launch_gelu(out, out, B, p.out, s);
     };
-    const double sgemm = microseconds([&] {
-      ladder::launch_linear(cublas, x, weight, out, B, p.in, p.out, s);
-      ladder::launch_add_bias(out, bias, B, p.out, s);
-      gelu();
-    });
     const double lt_plain = microseconds([&] {
       lt.linear(x, weight, nullptr, out, B, p.in, p.out, LinearEpilogue::kNone, s);
       ladder::launch_add_bias(out, bias, B, p.out, s);
       gelu();
     });
-    const double lt_bias = microseconds([&] {
-      lt.linear(x, weight, bias, out, B, p.in, p.out, LinearEpilogue::kBias, s);
-      gelu();
-    });
-    std::string fused = "-";
-    if (p.gelu) {
+    const auto bias_epilogue = [&](ladder::LtMatmul& matmul) {
+      return microseconds([&] {
+        matmul.linear(x, weight, bias, out, B, p.in, p.out, LinearEpilogue::kBias, s);
+        gelu();
+      });
+    };
+    const auto gelu_epilogue = [&](ladder::LtMatmul& matmul) {
+      if (!p.gelu) return std::string("-");
       char text[32];
       std::snprintf(text, sizeof(text), "%.1f", microseconds([&] {
-                      lt.linear(x, weight, bias, out, B, p.in, p.out, LinearEpilogue::kBiasGelu, s);
+                      matmul.linear(x, weight, bias, out, B, p.in, p.out, LinearEpilogue::kBiasGelu,
+                                    s);
                     }));
-      fused = text;
-    }
-    std::printf("| %s | %.1f | %.1f | %.1f | %s |\n", p.name, sgemm, lt_plain, lt_bias,
-                fused.c_str());
+      return std::string(text);
+    };
+    std::printf("| %s | %.1f | %.1f | %s | %.1f | %s |\n", p.name, lt_plain, bias_epilogue(lt),
+                gelu_epilogue(lt).c_str(), bias_epilogue(lt_in_kernel),
+                gelu_epilogue(lt_in_kernel).c_str());
   }
   return 0;
 }

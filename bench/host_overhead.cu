@@ -10,7 +10,6 @@
 // the same kernels (any chapter's --kernel-profile) to see which side is the bottleneck.
 //
 // Run:  build/release/bench/host_overhead [--batch B]
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -86,13 +85,11 @@ int run(int argc, char** argv) {
   auto* cursor = reinterpret_cast<ladder::DecodePosition*>(scratch.floats(2));
   const ladder::DecodePosition at_position{0, kPosition};
   CUDA_CHECK(cudaMemcpy(cursor, &at_position, sizeof(at_position), cudaMemcpyHostToDevice));
-  float* cublas_workspace =
-      scratch.floats(ladder::CublasHandle::kRecommendedWorkspaceBytes / sizeof(float));
   float* lt_workspace =
       scratch.floats(ladder::LtMatmul::kRecommendedWorkspaceBytes / sizeof(float));
-  ladder::CublasHandle cublas(s, cublas_workspace, ladder::CublasHandle::kRecommendedWorkspaceBytes,
-                              /*allow_tf32=*/false);
   ladder::LtMatmul lt(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes);
+  ladder::LtMatmul lt_in_kernel(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
+                                /*allow_tf32=*/false, ladder::SplitKReduction::kInsideTheKernel);
   std::unique_ptr<ladder::DeviceAllocator> caching = ladder::make_device_allocator("caching");
   std::unique_ptr<ladder::DeviceAllocator> expandable = ladder::make_device_allocator("expandable");
   int flag_host = 0;
@@ -128,13 +125,20 @@ int run(int argc, char** argv) {
          ladder::launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, out, workspace,
                                                B, kH, kC, s);
        }},
-      {"cublasSgemm: launch_linear C -> 4C",
-       [&] { ladder::launch_linear(cublas, x, weight, out, B, kC, 4 * kC, s); }},
       {"cuBLASLt: LtMatmul::linear C -> 3C, bias",
        [&] { lt.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s); }},
       {"cuBLASLt: LtMatmul::linear C -> 4C, bias + GELU",
        [&] {
          lt.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu, s);
+       }},
+      {"cuBLASLt, split-K summed in the kernel: C -> 3C, bias",
+       [&] {
+         lt_in_kernel.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s);
+       }},
+      {"cuBLASLt, split-K summed in the kernel: C -> 4C, bias + GELU",
+       [&] {
+         lt_in_kernel.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu,
+                             s);
        }},
       {"cudaMemcpyAsync device to device, [B, C]",
        [&] {

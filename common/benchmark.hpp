@@ -47,6 +47,9 @@ struct BenchmarkRow {
   double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
   double copies_per_step = 0;    ///< memcpy and memset operations per step, same run
   double gpu_idle_per_step = 0;  ///< seconds the GPU sat idle per step, same run
+  /// seconds the GPU sat idle between the end of one step and the next one's first
+  /// kernel, per step boundary, same run (part of gpu_idle_per_step)
+  double gpu_idle_between_steps = 0;
   double matmul_seconds_per_step = -1;  ///< the step's matmuls alone; negative: not measured
   double floor_seconds = 0;     ///< floor_bytes / measured copy bandwidth
   std::string token_hash;

@@ -179,6 +179,11 @@ void write_logits(const std::string& path, const LogitsRecorder& recorder, int s
   if (!file) throw std::runtime_error("cannot write '" + path + "'");
 }
 
+/// Every chapter's step - the prefill and each decode step - begins with the token
+/// embedding, whose kernel names contain this: the trace measures the GPU's idle time
+/// just before each of them, the gap between two steps.
+constexpr const char* kStepOpeningKernel = "embedding";
+
 /// One more run, untimed, with CUPTI recording what the GPU ran and when: launches,
 /// copies and idle time per step, and with `print_kernels` the kernels that took the
 /// most GPU time. Leaves the columns empty (negative) when CUPTI is held by a tool.
@@ -187,11 +192,12 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   NvtxRange range("traced run");
   std::optional<GpuActivityTrace> trace;
   try {
-    trace.emplace();
+    trace.emplace(kStepOpeningKernel);
   } catch (const CudaError& error) {
     std::fprintf(stderr, "note: no GPU activity trace (%s); its columns stay empty\n",
                  error.what());
     row.kernels_per_step = row.copies_per_step = row.gpu_idle_per_step = -1;
+    row.gpu_idle_between_steps = -1;
     return;
   }
   LogitsRecorder no_logits;
@@ -201,6 +207,10 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
   row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
   row.gpu_idle_per_step = activity.idle_seconds() / steps;
+  row.gpu_idle_between_steps =
+      activity.step_openings > 1
+          ? activity.idle_between_steps_seconds / static_cast<double>(activity.step_openings - 1)
+          : -1;
   if (!print_kernels) return;
   std::printf("batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; by kernel:\n",
               prompts.batch, new_tokens, activity.busy_seconds * 1e3 / steps,

@@ -37,9 +37,18 @@ constexpr std::size_t kBufferAlignment = 8;
 
 /// CUPTI hands completed buffers to plain functions with no user pointer, so the
 /// records land here; GpuActivityTrace allows one tracer at a time to own them.
+/// One kernel, copy or memset on the GPU's clock.
+struct Interval {
+  std::uint64_t start;  ///< ns
+  std::uint64_t end;
+  bool opens_step;  ///< a kernel whose name contains the step marker
+  bool operator<(const Interval& other) const { return start < other.start; }
+};
+
 struct RecordSink {
   std::mutex mutex;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals;  // [start, end) ns
+  std::string step_marker;
+  std::vector<Interval> intervals;
   std::uint64_t kernels = 0, copies = 0, memsets = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
   bool active = false;
@@ -78,22 +87,25 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
     switch (record->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        records.intervals.emplace_back(kernel->start, kernel->end);
+        const std::string name = readable_name(kernel->name);
+        const bool opens_step = !records.step_marker.empty() &&
+                                name.find(records.step_marker) != std::string::npos;
+        records.intervals.push_back({kernel->start, kernel->end, opens_step});
         ++records.kernels;
-        auto& [count, nanoseconds] = records.kernel_time[readable_name(kernel->name)];
+        auto& [count, nanoseconds] = records.kernel_time[name];
         ++count;
         nanoseconds += kernel->end - kernel->start;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        records.intervals.emplace_back(copy->start, copy->end);
+        records.intervals.push_back({copy->start, copy->end, false});
         ++records.copies;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* fill = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        records.intervals.emplace_back(fill->start, fill->end);
+        records.intervals.push_back({fill->start, fill->end, false});
         ++records.memsets;
         break;
       }
@@ -109,11 +121,12 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 
 }  // namespace
 
-GpuActivityTrace::GpuActivityTrace() {
+GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
   RecordSink& records = sink();
   {
     std::lock_guard<std::mutex> lock(records.mutex);
     if (records.active) throw std::logic_error("only one GpuActivityTrace may exist at a time");
+    records.step_marker = std::move(step_marker);
     records.intervals.clear();
     records.kernels = records.copies = records.memsets = 0;
     records.kernel_time.clear();
@@ -150,22 +163,30 @@ GpuActivitySummary GpuActivityTrace::collect() {
   if (intervals.empty()) return summary;
   std::sort(intervals.begin(), intervals.end());
   std::uint64_t busy = 0;
-  std::uint64_t current_start = intervals.front().first;
-  std::uint64_t current_end = intervals.front().second;
+  std::uint64_t between_steps = 0;
+  std::uint64_t current_start = intervals.front().start;
+  std::uint64_t current_end = intervals.front().end;
   std::uint64_t last_end = current_end;
-  for (const auto& [start, end] : intervals) {
-    last_end = std::max(last_end, end);
-    if (start > current_end) {  // a gap: the GPU was idle in between
+  for (const Interval& interval : intervals) {
+    if (interval.opens_step) {
+      // The gap before a step: from the end of all earlier work to this kernel's start.
+      if (summary.step_openings > 0 && interval.start > current_end)
+        between_steps += interval.start - current_end;
+      ++summary.step_openings;
+    }
+    last_end = std::max(last_end, interval.end);
+    if (interval.start > current_end) {  // a gap: the GPU was idle in between
       busy += current_end - current_start;
-      current_start = start;
-      current_end = end;
+      current_start = interval.start;
+      current_end = interval.end;
     } else {
-      current_end = std::max(current_end, end);
+      current_end = std::max(current_end, interval.end);
     }
   }
   busy += current_end - current_start;
+  summary.idle_between_steps_seconds = static_cast<double>(between_steps) * 1e-9;
   summary.busy_seconds = static_cast<double>(busy) * 1e-9;
-  summary.span_seconds = static_cast<double>(last_end - intervals.front().first) * 1e-9;
+  summary.span_seconds = static_cast<double>(last_end - intervals.front().start) * 1e-9;
   return summary;
 }
 

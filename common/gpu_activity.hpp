@@ -2,7 +2,7 @@
 //
 // Counts what the chapters change and a stopwatch cannot see: kernel launches per
 // step, memory copies per step, and the time the GPU sat idle between its work (the
-// host was waiting, or launching). CUPTI timestamps every kernel, copy and memset on
+// host was waiting, or launching), in all and just before each step's first kernel. CUPTI timestamps every kernel, copy and memset on
 // the device itself; the busy time is the union of those intervals, the idle time is
 // what is left of the span from the first start to the last end.
 #pragma once
@@ -27,6 +27,11 @@ struct GpuActivitySummary {
   double span_seconds = 0;     ///< first start to last end
   double busy_seconds = 0;     ///< union of all activity intervals
   double idle_seconds() const { return span_seconds - busy_seconds; }
+  /// Kernels whose name contains the trace's step marker (the first kernel of a step),
+  /// and the idle time just before each of them but the first: the gap between the end
+  /// of everything the GPU ran before a step and the step's first kernel.
+  std::uint64_t step_openings = 0;
+  double idle_between_steps_seconds = 0;
   std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
 };
 
@@ -34,9 +39,11 @@ struct GpuActivitySummary {
 /// time in a process: CUPTI delivers its records to process-wide callbacks.
 class GpuActivityTrace {
  public:
+  /// `step_marker`: a part of the name of the kernel that opens every step (the
+  /// chapters' steps all begin with the token embedding); empty for none.
   /// Throws CudaError when CUPTI cannot trace, e.g. when compute-sanitizer, Nsight
   /// Compute or Nsight Systems already holds it.
-  GpuActivityTrace();
+  explicit GpuActivityTrace(std::string step_marker = "");
   ~GpuActivityTrace();
   GpuActivityTrace(const GpuActivityTrace&) = delete;
   GpuActivityTrace& operator=(const GpuActivityTrace&) = delete;

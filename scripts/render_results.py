@@ -263,7 +263,8 @@ def table(reports, sizes_of, comparisons, reference_name: str, trace: bool) -> l
     header = (["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
                f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
                "alloc/step", "syncs/step"]
-              + (["kernels/step", "idle µs/step", "matmuls ms/step", "rest on top"]
+              + (["kernels/step", "idle µs/step", "idle between steps µs", "matmuls ms/step",
+                  "rest on top"]
                  if trace else [])
               + [f"tokens = {reference_name}"])
     lines = ["| " + " | ".join(header) + " |",
@@ -290,8 +291,10 @@ def table(reports, sizes_of, comparisons, reference_name: str, trace: bool) -> l
                 idle = row.get("gpu_idle_s_per_step")
                 matmuls = row.get("matmul_s_per_step")
                 step = row["median_s"] / row["steps"] if row.get("steps") else None
+                gap = row.get("gpu_idle_between_steps_s")
                 cells += [optional(row.get("kernels_per_step"), 1),
                           optional(None if idle is None else idle * 1e6, 1),
+                          optional(None if gap is None else gap * 1e6, 1),
                           optional(None if matmuls is None else matmuls * 1e3, 3),
                           "—" if matmuls is None or step is None
                           else f"{100 * (step / matmuls - 1):+.0f}%"]

@@ -41,10 +41,8 @@ class NaiveDecoder final : public ladder::Decoder {
         eos_token_id_(options.eos_token_id),
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
-                          stream_.get()),
-        cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
-                options.allow_tf32) {}
+        matmul_workspace_(*allocator_, ladder::LtMatmul::kRecommendedWorkspaceBytes, stream_.get()),
+        matmul_(matmul_workspace_.as<void>(), matmul_workspace_.bytes(), options.allow_tf32) {}
 
   ladder::DeviceAllocator& allocator() override { return *allocator_; }
 
@@ -57,8 +55,8 @@ class NaiveDecoder final : public ladder::Decoder {
     // The sequence so far, [B, T]: the prompts, then one more column per step.
     DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
     CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice, stream));
+                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                               stream));
     DeviceBuffer finished = allocate<std::int32_t>(B);
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
@@ -77,10 +75,9 @@ class NaiveDecoder final : public ladder::Decoder {
       DeviceBuffer step_logits = forward(sequence.as<std::int32_t>(), B, T);
       DeviceBuffer next_tokens = allocate<std::int32_t>(B);
       ladder::launch_argmax_step(step_logits.as<float>(), forced.as<std::int32_t>(),
-                                 next_tokens.as<std::int32_t>(),
-                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
-                                 generated.as<std::int32_t>(), B, config_.vocab_size, steps,
-                                 max_new_tokens, eos_token_id_, stream);
+                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
+                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(), B,
+                                 config_.vocab_size, steps, max_new_tokens, eos_token_id_, stream);
       logits.record(step_logits.as<float>(), B, config_.vocab_size, stream);
 
       // Append the new column as torch.cat does: a new [B, T + 1] buffer, the old copied in.
@@ -89,17 +86,17 @@ class NaiveDecoder final : public ladder::Decoder {
       const std::size_t new_pitch = sizeof(std::int32_t) * (T + 1);
       CUDA_CHECK(cudaMemcpy2DAsync(longer.as<void>(), new_pitch, sequence.as<void>(), old_pitch,
                                    old_pitch, B, cudaMemcpyDeviceToDevice, stream));
-      CUDA_CHECK(cudaMemcpy2DAsync(longer.as<std::int32_t>() + T, new_pitch,
-                                   next_tokens.as<void>(), sizeof(std::int32_t),
-                                   sizeof(std::int32_t), B, cudaMemcpyDeviceToDevice, stream));
+      CUDA_CHECK(cudaMemcpy2DAsync(longer.as<std::int32_t>() + T, new_pitch, next_tokens.as<void>(),
+                                   sizeof(std::int32_t), sizeof(std::int32_t), B,
+                                   cudaMemcpyDeviceToDevice, stream));
       sequence = std::move(longer);
       ++T;
       ++steps;
 
       // The seed's stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(),
-                                 sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(), sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       ++output.host_syncs;
       if (every_row_finished) break;
@@ -139,8 +136,8 @@ class NaiveDecoder final : public ladder::Decoder {
         linear(normed.as<float>(), layer.qkv_weight, layer.qkv_bias, qkv.as<float>(), rows, C,
                3 * C);
         DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(rows) * C);
-        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T,
-                                        config_.n_head, C, stream);
+        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T, config_.n_head,
+                                        C, stream);
         DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
         linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
                projected.as<float>(), rows, C, C);
@@ -173,16 +170,18 @@ class NaiveDecoder final : public ladder::Decoder {
     ladder::launch_layernorm(last.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
                              normed.as<float>(), B, C, eps, stream);
     DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
-    ladder::launch_lm_head(cublas_, normed.as<float>(), model_.token_embedding(),
-                           logits.as<float>(), B, C, config_.vocab_size, stream);
+    matmul_.lm_head(normed.as<float>(), model_.token_embedding(), logits.as<float>(), B, C,
+                    config_.vocab_size, stream);
     return logits;
   }
 
-  /// out = x W + b, as two launches: the matmul (cuBLAS), then the bias.
+  /// out = x W + b through cuBLASLt, the bias added in the matmul's epilogue as
+  /// PyTorch's addmm adds it for Hugging Face's Conv1D (one launch, or two when cuBLASLt
+  /// splits the inner dimension and sums the slices in a second kernel).
   void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
               int in_features, int out_features) {
-    ladder::launch_linear(cublas_, x, weight, out, rows, in_features, out_features, stream_.get());
-    ladder::launch_add_bias(out, bias, rows, out_features, stream_.get());
+    matmul_.linear(x, weight, bias, out, rows, in_features, out_features,
+                   ladder::LinearEpilogue::kBias, stream_.get());
   }
 
   const ladder::DeviceModel& model_;
@@ -190,8 +189,8 @@ class NaiveDecoder final : public ladder::Decoder {
   const int eos_token_id_;
   std::unique_ptr<ladder::DeviceAllocator> allocator_;
   ladder::CudaStream stream_;
-  DeviceBuffer cublas_workspace_;
-  ladder::CublasHandle cublas_;
+  DeviceBuffer matmul_workspace_;
+  ladder::LtMatmul matmul_;
 };
 
 }  // namespace

@@ -54,10 +54,8 @@ class KvCacheDecoder final : public ladder::Decoder {
         eos_token_id_(options.eos_token_id),
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
-                          stream_.get()),
-        cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
-                options.allow_tf32) {}
+        matmul_workspace_(*allocator_, ladder::LtMatmul::kRecommendedWorkspaceBytes, stream_.get()),
+        matmul_(matmul_workspace_.as<void>(), matmul_workspace_.bytes(), options.allow_tf32) {}
 
   ladder::DeviceAllocator& allocator() override { return *allocator_; }
 
@@ -186,8 +184,8 @@ class KvCacheDecoder final : public ladder::Decoder {
     ladder::launch_layernorm(last.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
                              normed.as<float>(), B, C, eps, stream);
     DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
-    ladder::launch_lm_head(cublas_, normed.as<float>(), model_.token_embedding(),
-                           logits.as<float>(), B, C, config_.vocab_size, stream);
+    matmul_.lm_head(normed.as<float>(), model_.token_embedding(), logits.as<float>(), B, C,
+                    config_.vocab_size, stream);
     return logits;
   }
 
@@ -248,8 +246,8 @@ class KvCacheDecoder final : public ladder::Decoder {
     ladder::launch_layernorm(hidden.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
                              normed.as<float>(), B, C, eps, stream);
     DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
-    ladder::launch_lm_head(cublas_, normed.as<float>(), model_.token_embedding(),
-                           logits.as<float>(), B, C, config_.vocab_size, stream);
+    matmul_.lm_head(normed.as<float>(), model_.token_embedding(), logits.as<float>(), B, C,
+                    config_.vocab_size, stream);
     return logits;
   }
 
@@ -271,11 +269,13 @@ class KvCacheDecoder final : public ladder::Decoder {
     cache.values[layer_index] = std::move(values);
   }
 
-  /// out = x W + b, as two launches: the matmul (cuBLAS), then the bias.
+  /// out = x W + b through cuBLASLt, the bias added in the matmul's epilogue as
+  /// PyTorch's addmm adds it for Hugging Face's Conv1D (one launch, or two when cuBLASLt
+  /// splits the inner dimension and sums the slices in a second kernel).
   void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
               int in_features, int out_features) {
-    ladder::launch_linear(cublas_, x, weight, out, rows, in_features, out_features, stream_.get());
-    ladder::launch_add_bias(out, bias, rows, out_features, stream_.get());
+    matmul_.linear(x, weight, bias, out, rows, in_features, out_features,
+                   ladder::LinearEpilogue::kBias, stream_.get());
   }
 
   const ladder::DeviceModel& model_;
@@ -283,8 +283,8 @@ class KvCacheDecoder final : public ladder::Decoder {
   const int eos_token_id_;
   std::unique_ptr<ladder::DeviceAllocator> allocator_;
   ladder::CudaStream stream_;
-  DeviceBuffer cublas_workspace_;
-  ladder::CublasHandle cublas_;
+  DeviceBuffer matmul_workspace_;
+  ladder::LtMatmul matmul_;
 };
 
 }  // namespace

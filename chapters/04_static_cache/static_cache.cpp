@@ -73,10 +73,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
         // and nothing is allocated in the loop, so there is nothing left for it to strand.
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
-        cublas_workspace_(*allocator_, ladder::CublasHandle::kRecommendedWorkspaceBytes,
-                          stream_.get()),
-        cublas_(stream_.get(), cublas_workspace_.as<void>(), cublas_workspace_.bytes(),
-                options.allow_tf32) {}
+        matmul_workspace_(*allocator_, ladder::LtMatmul::kRecommendedWorkspaceBytes, stream_.get()),
+        matmul_(matmul_workspace_.as<void>(), matmul_workspace_.bytes(), options.allow_tf32) {}
 
   ladder::DeviceAllocator& allocator() override { return *allocator_; }
 
@@ -89,8 +87,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
     CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice, stream));
+                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                               stream));
     DeviceBuffer finished = allocate<std::int32_t>(B);
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
@@ -124,9 +122,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
                                    cursor.as<ladder::DecodePosition>(), B, cache, activations);
       // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
       ladder::launch_argmax_step(step_logits, forced.as<std::int32_t>(),
-                                 next_tokens.as<std::int32_t>(),
-                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
-                                 generated.as<std::int32_t>(),
+                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
+                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(),
                                  cursor.as<ladder::DecodePosition>(), B, config_.vocab_size,
                                  max_new_tokens, eos_token_id_, stream);
       logits.record(step_logits, B, config_.vocab_size, stream);
@@ -134,8 +131,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
 
       // The seed's stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(),
-                                 sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(), sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       ++output.host_syncs;
       if (every_row_finished) break;
@@ -241,8 +238,7 @@ class StaticCacheDecoder final : public ladder::Decoder {
     ladder::launch_layernorm(last, model_.ln_f_weight(), model_.ln_f_bias(), normed, B, C, eps,
                              stream);
     float* logits = activations.logits.as<float>();
-    ladder::launch_lm_head(cublas_, normed, model_.token_embedding(), logits, B, C,
-                           config_.vocab_size, stream);
+    matmul_.lm_head(normed, model_.token_embedding(), logits, B, C, config_.vocab_size, stream);
     return logits;
   }
 
@@ -299,16 +295,17 @@ class StaticCacheDecoder final : public ladder::Decoder {
     ladder::launch_layernorm(hidden, model_.ln_f_weight(), model_.ln_f_bias(), normed, B, C, eps,
                              stream);
     float* logits = activations.logits.as<float>();
-    ladder::launch_lm_head(cublas_, normed, model_.token_embedding(), logits, B, C,
-                           config_.vocab_size, stream);
+    matmul_.lm_head(normed, model_.token_embedding(), logits, B, C, config_.vocab_size, stream);
     return logits;
   }
 
-  /// out = x W + b, as two launches: the matmul (cuBLAS), then the bias.
+  /// out = x W + b through cuBLASLt, the bias added in the matmul's epilogue as
+  /// PyTorch's addmm adds it for Hugging Face's Conv1D (one launch, or two when cuBLASLt
+  /// splits the inner dimension and sums the slices in a second kernel).
   void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
               int in_features, int out_features) {
-    ladder::launch_linear(cublas_, x, weight, out, rows, in_features, out_features, stream_.get());
-    ladder::launch_add_bias(out, bias, rows, out_features, stream_.get());
+    matmul_.linear(x, weight, bias, out, rows, in_features, out_features,
+                   ladder::LinearEpilogue::kBias, stream_.get());
   }
 
   const ladder::DeviceModel& model_;
@@ -316,8 +313,8 @@ class StaticCacheDecoder final : public ladder::Decoder {
   const int eos_token_id_;
   std::unique_ptr<ladder::DeviceAllocator> allocator_;
   ladder::CudaStream stream_;
-  DeviceBuffer cublas_workspace_;
-  ladder::CublasHandle cublas_;
+  DeviceBuffer matmul_workspace_;
+  ladder::LtMatmul matmul_;
 };
 
 }  // namespace

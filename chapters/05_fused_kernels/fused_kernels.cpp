@@ -1,25 +1,25 @@
 // chapters/05_fused_kernels/fused_kernels.cpp - rung 05: fused kernels, the compiler's
 // job done by hand.
 //
-// Chapter 04's decode step launches 15 kernels per layer, most of them tiny: a bias add
-// after every matmul, a GELU after the MLP's first one, a residual add whose sum the
+// Chapter 04's decode step launches 11 kernels per layer besides the ones cuBLASLt adds,
+// most of them tiny: a GELU after the MLP's first matmul, a residual add whose sum the
 // next LayerNorm reads straight back, a KV append, and an attention that scores every
 // position of the cache, written or not. Each is a launch and a round trip through
 // memory. Here they are fused, as torch.compile's code generator would fuse them:
-//   * bias, and bias + GELU, in the matmul's epilogue (cuBLASLt): applied in registers
-//     before the product is stored;
+//   * the GELU in the MLP matmul's epilogue (cuBLASLt), next to the bias that every
+//     chapter already adds there: applied in registers before the product is stored;
 //   * the residual add and the LayerNorm after it in one kernel (the sum is written once
 //     and normalized in the same pass), the final LayerNorm included;
 //   * one decode-attention kernel that appends the step's keys and values and attends
 //     over the valid length only, the length split across blocks (flash-decoding);
 //   * the logits written once by the LM head and read once by the argmax.
-// 7 launches per layer instead of 15. The loop, the static cache and the device cursor
+// 7 launches per layer instead of 11. The loop, the static cache and the device cursor
 // are chapter 04's.
 //
 // Run:      build/release/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
 // Profile:  nsys profile -t cuda,nvtx build/release/chapters/05_fused_kernels --new-tokens 20
 //           (per layer: three matmuls with fused epilogues, fused_decode_attention_kernel,
-//           residual_layernorm_kernel twice; no add_bias, gelu or residual_add kernels)
+//           layernorm_row_kernel twice; no gelu, residual_add or append kernels)
 //
 // Notation: B rows, T prompt tokens, N new tokens, capacity = T + N cached positions,
 // L = p + 1 valid positions at position p, C = n_embd, H heads, D = C / H, V vocabulary.
@@ -89,8 +89,6 @@ class FusedKernelsDecoder final : public ladder::Decoder {
         allocator_(ladder::make_device_allocator("caching")),
         stream_(),
         matmul_workspace_(*allocator_, ladder::LtMatmul::kRecommendedWorkspaceBytes, stream_.get()),
-        // NEW in chapter 05: cuBLASLt, whose matmuls apply the bias (and the GELU) in their
-        // epilogue; it picks and caches one algorithm per shape on first use.
         matmul_(matmul_workspace_.as<void>(), matmul_workspace_.bytes(), options.allow_tf32) {}
 
   ladder::DeviceAllocator& allocator() override { return *allocator_; }
@@ -104,8 +102,8 @@ class FusedKernelsDecoder final : public ladder::Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
     CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice, stream));
+                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                               stream));
     DeviceBuffer finished = allocate<std::int32_t>(B);
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
@@ -142,15 +140,14 @@ class FusedKernelsDecoder final : public ladder::Decoder {
       // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
       // later step feeds only the tokens the step before chose, one per row.
       const float* step_logits =
-          steps == 0 ? prefill(sequence.as<std::int32_t>(), B, T, cache, activations)
-                     : decode_step(next_tokens.as<std::int32_t>(),
-                                   cursor.as<ladder::DecodePosition>(), B, cache, activations,
-                                   attention_workspace.as<void>());
+          steps == 0
+              ? prefill(sequence.as<std::int32_t>(), B, T, cache, activations)
+              : decode_step(next_tokens.as<std::int32_t>(), cursor.as<ladder::DecodePosition>(), B,
+                            cache, activations, attention_workspace.as<void>());
       // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
       ladder::launch_argmax_step(step_logits, forced.as<std::int32_t>(),
-                                 next_tokens.as<std::int32_t>(),
-                                 finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
-                                 generated.as<std::int32_t>(),
+                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
+                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(),
                                  cursor.as<ladder::DecodePosition>(), B, config_.vocab_size,
                                  max_new_tokens, eos_token_id_, stream);
       logits.record(step_logits, B, config_.vocab_size, stream);
@@ -158,8 +155,8 @@ class FusedKernelsDecoder final : public ladder::Decoder {
 
       // The seed's stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(),
-                                 sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(), sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       ++output.host_syncs;
       if (every_row_finished) break;
@@ -370,8 +367,9 @@ class FusedKernelsDecoder final : public ladder::Decoder {
     return logits;
   }
 
-  // NEW in chapter 05: one launch, the epilogue applied before the product is stored.
-  /// out = x W + b (kBias) or gelu(x W + b) (kBiasGelu).
+  // NEW in chapter 05: the epilogue is the caller's choice, so that c_fc can take the GELU.
+  /// out = x W + b (kBias) or gelu(x W + b) (kBiasGelu), one cuBLASLt call: the epilogue
+  /// is applied in registers before the product is stored.
   void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
               int in_features, int out_features, LinearEpilogue epilogue) {
     matmul_.linear(x, weight, bias, out, rows, in_features, out_features, epilogue, stream_.get());

@@ -123,8 +123,7 @@ struct StepStream {
 
 class StreamInterleavingDecoder final : public ladder::Decoder {
  public:
-  StreamInterleavingDecoder(const ladder::DeviceModel& model,
-                            const ladder::DecoderOptions& options)
+  StreamInterleavingDecoder(const ladder::DeviceModel& model, const ladder::DecoderOptions& options)
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
@@ -146,8 +145,8 @@ class StreamInterleavingDecoder final : public ladder::Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
     CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice, first_stream));
+                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                               first_stream));
     DeviceBuffer finished = allocate<std::int32_t>(B);
     DeviceBuffer all_finished = allocate<std::int32_t>(1);
     DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
@@ -202,9 +201,8 @@ class StreamInterleavingDecoder final : public ladder::Decoder {
                                     attention_workspace.as<void>());
         // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
         ladder::launch_argmax_step(step_logits, forced.as<std::int32_t>(),
-                                   next_tokens.as<std::int32_t>(),
-                                   finished.as<std::int32_t>(), all_finished.as<std::int32_t>(),
-                                   generated.as<std::int32_t>(),
+                                   next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
+                                   all_finished.as<std::int32_t>(), generated.as<std::int32_t>(),
                                    cursor.as<ladder::DecodePosition>(), B, config_.vocab_size,
                                    max_new_tokens, eos_token_id_, stream);
         // Every enqueued step is recorded, in step order; the runner keeps the first `steps`.
@@ -447,8 +445,9 @@ class StreamInterleavingDecoder final : public ladder::Decoder {
     return logits;
   }
 
-  // NEW in chapter 05: one launch, the epilogue applied before the product is stored.
-  /// out = x W + b (kBias) or gelu(x W + b) (kBiasGelu).
+  // NEW in chapter 05: the epilogue is the caller's choice, so that c_fc can take the GELU.
+  /// out = x W + b (kBias) or gelu(x W + b) (kBiasGelu), one cuBLASLt call: the epilogue
+  /// is applied in registers before the product is stored.
   void linear(StepStream& on, const float* x, const float* weight, const float* bias, float* out,
               int rows, int in_features, int out_features, LinearEpilogue epilogue) {
     on.matmul.linear(x, weight, bias, out, rows, in_features, out_features, epilogue,
