@@ -91,26 +91,25 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
       "%7s %7s | %s\n";
   std::snprintf(line, sizeof line, heading, "batch", "new", "steps", "mean s", "std s", "min s",
                 "max s", "median s", "ms/step", "tokens/s", "floor ms", "x floor", "peak alloc",
-                "peak resv", "frag", "alloc/", "syncs/", "kernel/", "copies/", "idle us",
-                "gap us", "tokens hash");
+                "peak resv", "frag", "alloc/", "syncs/", "kernel/", "copies/", "idle us", "gap us",
+                "tokens hash");
   out << line;
   std::snprintf(line, sizeof line, heading, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
                 "", "step", "step", "step", "step", "/step", "/step", "");
   out << line;
   for (const BenchmarkRow& row : rows) {
-    std::snprintf(line, sizeof line,
-                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
-                  "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s %7s | %s\n",
-                  row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
-                  row.time.max, row.time.median, row.milliseconds_per_step(),
-                  row.tokens_per_second(), row.floor_seconds * 1e3,
-                  row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0,
-                  short_bytes(row.memory.peak_allocated_bytes).c_str(),
-                  short_bytes(row.memory.peak_reserved_bytes).c_str(),
-                  100.0 * row.memory.fragmentation(), row.allocations_per_step,
-                  row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
-                  traced(row.copies_per_step).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
-                  traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
+    std::snprintf(
+        line, sizeof line,
+        "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
+        "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s %7s | %s\n",
+        row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
+        row.time.max, row.time.median, row.milliseconds_per_step(), row.tokens_per_second(),
+        row.floor_seconds * 1e3, row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0,
+        short_bytes(row.memory.peak_allocated_bytes).c_str(),
+        short_bytes(row.memory.peak_reserved_bytes).c_str(), 100.0 * row.memory.fragmentation(),
+        row.allocations_per_step, row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
+        traced(row.copies_per_step).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
+        traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
     out << line;
   }
   for (const BenchmarkRow& row : rows) {
@@ -123,7 +122,8 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                   100.0 * (step / row.matmul_seconds_per_step - 1.0));
     out << line;
   }
-  std::snprintf(line, sizeof line, "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
+  std::snprintf(line, sizeof line,
+                "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
                 header.copy_bandwidth * 1e-12);
   out << line;
   return out.str();

@@ -36,12 +36,12 @@ double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int s
 /// One configuration's results.
 struct BenchmarkRow {
   int batch = 0;
-  int new_tokens = 0;   ///< asked for
+  int new_tokens = 0;  ///< asked for
   int prompt_length = 0;
-  int steps = 0;        ///< actually run (early stop once every row produced EOS)
+  int steps = 0;                ///< actually run (early stop once every row produced EOS)
   std::vector<double> seconds;  ///< one per timed run
   Summary time;
-  AllocatorStats memory;        ///< of the last timed run
+  AllocatorStats memory;            ///< of the last timed run
   double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
   double host_syncs_per_step = 0;
   double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
@@ -51,7 +51,7 @@ struct BenchmarkRow {
   /// kernel, per step boundary, same run (part of gpu_idle_per_step)
   double gpu_idle_between_steps = 0;
   double matmul_seconds_per_step = -1;  ///< the step's matmuls alone; negative: not measured
-  double floor_seconds = 0;     ///< floor_bytes / measured copy bandwidth
+  double floor_seconds = 0;             ///< floor_bytes / measured copy bandwidth
   std::string token_hash;
 
   double milliseconds_per_step() const { return steps > 0 ? time.median * 1e3 / steps : 0; }
@@ -62,13 +62,13 @@ struct BenchmarkRow {
 
 /// What the table's title line says.
 struct ReportHeader {
-  std::string chapter;     ///< folder name, e.g. "01_naive_decode"
-  std::string title;       ///< e.g. "naive decode"
-  std::string device;      ///< the banner
-  std::string precision;   ///< "fp32" or "tf32"
-  std::string weights;     ///< "random (seed 0)" or the checkpoint directory
-  std::string prompts;     ///< "BOS only", "random, length 8", ...
-  std::string allocator;   ///< the chapter allocator's name
+  std::string chapter;        ///< folder name, e.g. "01_naive_decode"
+  std::string title;          ///< e.g. "naive decode"
+  std::string device;         ///< the banner
+  std::string precision;      ///< "fp32" or "tf32"
+  std::string weights;        ///< "random (seed 0)" or the checkpoint directory
+  std::string prompts;        ///< "BOS only", "random, length 8", ...
+  std::string allocator;      ///< the chapter allocator's name
   double copy_bandwidth = 0;  ///< bytes/s, measured in the same run
 };
 

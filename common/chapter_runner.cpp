@@ -37,8 +37,8 @@ std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_g
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * steps);
   if (tokens.empty()) return tokens;
   CUDA_CHECK(cudaMemcpy2DAsync(tokens.data(), sizeof(std::int32_t) * steps, device_generated,
-                               sizeof(std::int32_t) * capacity, sizeof(std::int32_t) * steps,
-                               batch, cudaMemcpyDeviceToHost, stream));
+                               sizeof(std::int32_t) * capacity, sizeof(std::int32_t) * steps, batch,
+                               cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   return tokens;
 }
@@ -50,15 +50,13 @@ DeviceBuffer upload_forced_tokens(DeviceAllocator& allocator, const PromptBatch&
     throw std::invalid_argument("--force-tokens: rows hold " +
                                 std::to_string(prompts.forced_length) + " ids but " +
                                 std::to_string(max_new_tokens) + " steps may run");
-  DeviceBuffer forced(allocator,
-                      static_cast<std::size_t>(prompts.batch) * max_new_tokens *
-                          sizeof(std::int32_t),
-                      stream);
-  CUDA_CHECK(cudaMemcpy2DAsync(forced.as<void>(), sizeof(std::int32_t) * max_new_tokens,
-                               prompts.forced_tokens.data(),
-                               sizeof(std::int32_t) * prompts.forced_length,
-                               sizeof(std::int32_t) * max_new_tokens, prompts.batch,
-                               cudaMemcpyHostToDevice, stream));
+  DeviceBuffer forced(
+      allocator, static_cast<std::size_t>(prompts.batch) * max_new_tokens * sizeof(std::int32_t),
+      stream);
+  CUDA_CHECK(cudaMemcpy2DAsync(
+      forced.as<void>(), sizeof(std::int32_t) * max_new_tokens, prompts.forced_tokens.data(),
+      sizeof(std::int32_t) * prompts.forced_length, sizeof(std::int32_t) * max_new_tokens,
+      prompts.batch, cudaMemcpyHostToDevice, stream));
   return forced;
 }
 
@@ -135,10 +133,10 @@ Plan make_plan(int argc, char** argv) {
                                 : std::max(1, options.random_prompt_length);
   for (int new_tokens : options.new_token_counts) {
     if (static_cast<long long>(prompt_length) + new_tokens > plan.config.n_positions)
-      throw std::invalid_argument(
-          "--new-tokens: a prompt of " + std::to_string(prompt_length) + " plus " +
-          std::to_string(new_tokens) + " new tokens exceeds the model's " +
-          std::to_string(plan.config.n_positions) + " positions");
+      throw std::invalid_argument("--new-tokens: a prompt of " + std::to_string(prompt_length) +
+                                  " plus " + std::to_string(new_tokens) +
+                                  " new tokens exceeds the model's " +
+                                  std::to_string(plan.config.n_positions) + " positions");
   }
   return plan;
 }
@@ -187,8 +185,8 @@ constexpr const char* kStepOpeningKernel = "embedding";
 /// One more run, untimed, with CUPTI recording what the GPU ran and when: launches,
 /// copies and idle time per step, and with `print_kernels` the kernels that took the
 /// most GPU time. Leaves the columns empty (negative) when CUPTI is held by a tool.
-void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
-                   bool print_kernels, BenchmarkRow& row) {
+void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens, bool print_kernels,
+                   BenchmarkRow& row) {
   NvtxRange range("traced run");
   std::optional<GpuActivityTrace> trace;
   try {
@@ -212,9 +210,11 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
           ? activity.idle_between_steps_seconds / static_cast<double>(activity.step_openings - 1)
           : -1;
   if (!print_kernels) return;
-  std::printf("batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; by kernel:\n",
-              prompts.batch, new_tokens, activity.busy_seconds * 1e3 / steps,
-              activity.span_seconds * 1e3 / steps);
+  std::printf(
+      "batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; host inside CUDA calls "
+      "that do not wait for the GPU %.3f ms per step (tracing adds to it); by kernel:\n",
+      prompts.batch, new_tokens, activity.busy_seconds * 1e3 / steps,
+      activity.span_seconds * 1e3 / steps, activity.host_api_seconds * 1e3 / steps);
   const std::size_t shown = std::min<std::size_t>(activity.kernel_times.size(), 12);
   for (std::size_t i = 0; i < shown; ++i) {
     const KernelTime& kernel = activity.kernel_times[i];

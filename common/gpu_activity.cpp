@@ -7,8 +7,8 @@
 #include <cxxabi.h>
 
 #include <algorithm>
-#include <map>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -21,15 +21,15 @@ namespace ladder {
 
 namespace {
 
-#define CUPTI_CHECK(call)                                                              \
-  do {                                                                                 \
-    const CUptiResult ladder_status_ = (call);                                         \
-    if (ladder_status_ != CUPTI_SUCCESS) {                                             \
-      const char* ladder_text_ = nullptr;                                              \
-      cuptiGetResultString(ladder_status_, &ladder_text_);                             \
-      throw CudaError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + \
-                      #call + " failed: " + (ladder_text_ ? ladder_text_ : "?"));      \
-    }                                                                                  \
+#define CUPTI_CHECK(call)                                                                     \
+  do {                                                                                        \
+    const CUptiResult ladder_status_ = (call);                                                \
+    if (ladder_status_ != CUPTI_SUCCESS) {                                                    \
+      const char* ladder_text_ = nullptr;                                                     \
+      cuptiGetResultString(ladder_status_, &ladder_text_);                                    \
+      throw CudaError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #call + \
+                      " failed: " + (ladder_text_ ? ladder_text_ : "?"));                     \
+    }                                                                                         \
   } while (0)
 
 constexpr std::size_t kBufferBytes = std::size_t{8} << 20;
@@ -51,6 +51,7 @@ struct RecordSink {
   std::vector<Interval> intervals;
   std::uint64_t kernels = 0, copies = 0, memsets = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
   bool active = false;
 };
 
@@ -71,8 +72,32 @@ RecordSink& sink() {
   return instance;
 }
 
-void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
-                               std::size_t* max_records) {
+/// Whether a runtime or driver call is one that waits for the GPU (a synchronization,
+/// or a memory copy, which may block), not one that only enqueues work.
+bool waits_for_the_gpu(CUpti_ActivityKind kind, CUpti_CallbackId id) {
+  const char* name = nullptr;
+  const CUpti_CallbackDomain domain = kind == CUPTI_ACTIVITY_KIND_RUNTIME
+                                          ? CUPTI_CB_DOMAIN_RUNTIME_API
+                                          : CUPTI_CB_DOMAIN_DRIVER_API;
+  if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return false;
+  const std::string text = name;
+  return text.find("Synchronize") != std::string::npos || text.find("Memcpy") != std::string::npos;
+}
+
+/// Total length of the union of [start, end) intervals, sorted in place.
+std::uint64_t union_length(std::vector<std::pair<std::uint64_t, std::uint64_t>>& intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::uint64_t total = 0;
+  std::uint64_t covered_until = 0;
+  for (const auto& [start, end] : intervals) {
+    const std::uint64_t from = std::max(start, covered_until);
+    if (end > from) total += end - from;
+    covered_until = std::max(covered_until, end);
+  }
+  return total;
+}
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kBufferAlignment, kBufferBytes));
   *size = *buffer != nullptr ? kBufferBytes : 0;
   *max_records = 0;  // as many as fit
@@ -88,8 +113,8 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         const std::string name = readable_name(kernel->name);
-        const bool opens_step = !records.step_marker.empty() &&
-                                name.find(records.step_marker) != std::string::npos;
+        const bool opens_step =
+            !records.step_marker.empty() && name.find(records.step_marker) != std::string::npos;
         records.intervals.push_back({kernel->start, kernel->end, opens_step});
         ++records.kernels;
         auto& [count, nanoseconds] = records.kernel_time[name];
@@ -109,6 +134,13 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
         ++records.memsets;
         break;
       }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto* call = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        if (!waits_for_the_gpu(record->kind, call->cbid))
+          records.host_calls.emplace_back(call->start, call->end);
+        break;
+      }
       default:
         break;
     }
@@ -117,7 +149,8 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+                                         CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
 
@@ -128,6 +161,7 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     if (records.active) throw std::logic_error("only one GpuActivityTrace may exist at a time");
     records.step_marker = std::move(step_marker);
     records.intervals.clear();
+    records.host_calls.clear();
     records.kernels = records.copies = records.memsets = 0;
     records.kernel_time.clear();
     records.active = true;
@@ -155,10 +189,10 @@ GpuActivitySummary GpuActivityTrace::collect() {
   summary.copies = records.copies;
   summary.memsets = records.memsets;
   for (const auto& [name, totals] : records.kernel_time)
-    summary.kernel_times.push_back(
-        {name, totals.first, static_cast<double>(totals.second) * 1e-9});
+    summary.kernel_times.push_back({name, totals.first, static_cast<double>(totals.second) * 1e-9});
   std::sort(summary.kernel_times.begin(), summary.kernel_times.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  summary.host_api_seconds = static_cast<double>(union_length(records.host_calls)) * 1e-9;
   auto& intervals = records.intervals;
   if (intervals.empty()) return summary;
   std::sort(intervals.begin(), intervals.end());

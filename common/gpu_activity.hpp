@@ -2,9 +2,9 @@
 //
 // Counts what the chapters change and a stopwatch cannot see: kernel launches per
 // step, memory copies per step, and the time the GPU sat idle between its work (the
-// host was waiting, or launching), in all and just before each step's first kernel. CUPTI timestamps every kernel, copy and memset on
-// the device itself; the busy time is the union of those intervals, the idle time is
-// what is left of the span from the first start to the last end.
+// host was waiting, or launching), in all and just before each step's first kernel. CUPTI
+// timestamps every kernel, copy and memset on the device itself; the busy time is the union of
+// those intervals, the idle time is what is left of the span from the first start to the last end.
 #pragma once
 
 #include <cstdint>
@@ -21,17 +21,21 @@ struct KernelTime {
 };
 
 struct GpuActivitySummary {
-  std::uint64_t kernels = 0;   ///< kernel launches that ran
-  std::uint64_t copies = 0;    ///< memcpy operations (any direction)
+  std::uint64_t kernels = 0;  ///< kernel launches that ran
+  std::uint64_t copies = 0;   ///< memcpy operations (any direction)
   std::uint64_t memsets = 0;
-  double span_seconds = 0;     ///< first start to last end
-  double busy_seconds = 0;     ///< union of all activity intervals
+  double span_seconds = 0;  ///< first start to last end
+  double busy_seconds = 0;  ///< union of all activity intervals
   double idle_seconds() const { return span_seconds - busy_seconds; }
   /// Kernels whose name contains the trace's step marker (the first kernel of a step),
   /// and the idle time just before each of them but the first: the gap between the end
   /// of everything the GPU ran before a step and the step's first kernel.
   std::uint64_t step_openings = 0;
   double idle_between_steps_seconds = 0;
+  /// Host time spent inside CUDA runtime and driver calls (cuBLASLt's included), as the
+  /// union of their intervals, leaving out the calls that wait for the GPU
+  /// (synchronizations, memory copies): what enqueueing the work cost the host.
+  double host_api_seconds = 0;
   std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
 };
 
