@@ -56,11 +56,18 @@ command -v python3 >/dev/null || error "python3 not found: it renders the result
 
 # The tree as it is before this run adds results: which commit, and whether a tracked file
 # was edited (untracked files, such as carried dependency packages, do not count).
-# LADDER_COMMIT names the commit where the tree travels without its .git (a remote GPU).
-commit=${LADDER_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-dirty=false
-if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)results' 2>/dev/null)" ]; then
-  dirty=true
+# LADDER_COMMIT names the commit where the tree travels without a .git that matches it (a
+# remote GPU machine that copies the working tree: its .git, if any, may be an older
+# snapshot). Then the caller vouches for the tree and git is not asked ("unknown").
+if [ -n "${LADDER_COMMIT:-}" ]; then
+  commit=$LADDER_COMMIT
+  dirty=unknown
+else
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  dirty=false
+  if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)results' 2>/dev/null)" ]; then
+    dirty=true
+  fi
 fi
 
 # ---- build
@@ -132,7 +139,7 @@ run = {
     "driver": os.environ["RUN_DRIVER"] or None,
     "cuda": os.environ["RUN_CUDA"] or None,
     "git_commit": os.environ["RUN_COMMIT"],
-    "git_dirty": os.environ["RUN_DIRTY"] == "true",
+    "git_dirty": {"true": True, "false": False}.get(os.environ["RUN_DIRTY"]),  # None: unknown
     "copy_bandwidth_bytes_per_s": statistics.median(bandwidths) if bandwidths else None,
     "preset": os.environ["RUN_PRESET"],
     "timed_runs": int(os.environ["RUN_RUNS"]),
