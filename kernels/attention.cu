@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "common/cuda_check.hpp"
+#include "kernels/attention_dispatch.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 #include "kernels/online_softmax.cuh"
@@ -129,39 +130,14 @@ __global__ void decode_attention_kernel(const float* q, int q_row_stride, const 
                                         int C) {
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kDecodeWarpsPerBlock> warp_states;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
   const int b = blockIdx.x / H;
   const int h = blockIdx.x % H;
   const int D = C / H;
-
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  const float* query_row = q + static_cast<std::size_t>(b) * q_row_stride + h * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) query[d] = query_row[d] * scale;
-  __syncthreads();
-
   const std::size_t head_offset = (static_cast<std::size_t>(b) * H + h) * capacity * D;
-  const float* head_keys = keys + head_offset;
-  const float* head_values = values + head_offset;
-  const auto rows_of = [=](int s) {
-    const std::size_t row = static_cast<std::size_t>(s) * D;
-    return KeyValueRows{head_keys + row, head_values + row};
-  };
-  OnlineSoftmax<kDims> state;
-  for (int first = warp * kWarpSize; first < L; first += kDecodeWarpsPerBlock * kWarpSize)
-    fold_positions<kWidth>(query, rows_of, first, min(kWarpSize, L - first),
-                           /*first_masked=*/INT_MAX, D, lane, state);
-
-  warp_states.store(warp, lane, D, state);
-  __syncthreads();
-  const float shift = warp_states.block_max();  // finite: warp 0 saw position 0
-  float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float sum = 0.0f;
-    float value = 0.0f;
-    warp_states.merge(shift, d, sum, value);
-    out_row[d] = value / sum;
-  }
+  attend_in_block<kDecodeWarpsPerBlock, kWidth, kDims>(
+      q + static_cast<std::size_t>(b) * q_row_stride + h * D, keys + head_offset,
+      values + head_offset, L, /*first_masked=*/L, D, out + static_cast<std::size_t>(b) * C + h * D,
+      query, warp_states);
 }
 
 // Math:   keys[b, h, first_position + t, d]   = qkv[b, t, C + h*D + d];
@@ -234,21 +210,6 @@ __global__ void grow_kv_cache_kernel(const float* qkv, const float* keys, const 
   }
 }
 
-void check_heads(const char* launcher, int H, int C) {
-  launch_checks::require_positive(launcher, "H", H);
-  launch_checks::require_positive(launcher, "C", C);
-  if (C % H != 0)
-    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") must be divisible by H (" +
-                                      std::to_string(H) + ")");
-}
-
-void check_head_size(const char* launcher, int H, int C) {
-  check_heads(launcher, H, C);
-  if (C / H > kMaxHeadDim)
-    launch_checks::fail(launcher, "head size C / H = " + std::to_string(C / H) +
-                                      " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
-}
-
 }  // namespace
 
 void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, int C,
@@ -256,33 +217,24 @@ void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, 
   constexpr const char* kName = "launch_causal_attention";
   launch_checks::require_not_null(kName, "qkv", qkv);
   launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "B", B);
   launch_checks::require_positive(kName, "T", T);
-  check_head_size(kName, H, C);
+  check_attention_head_size(kName, B, H, C);
   const long long heads = static_cast<long long>(B) * H;
-  launch_checks::require(heads <= 0x7fffffff, kName, "B * H must fit in an int");
 
   const dim3 blocks(
       static_cast<unsigned int>(heads),
       static_cast<unsigned int>((T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock));
   const int D = C / H;
   // 16-byte reads of the staged rows need D % 4 == 0 (the buffers are 16-byte aligned).
-  const int width = D % 4 == 0 ? 4 : 1;
-  const std::size_t shared_bytes = causal_attention_shared_bytes(D, width);
-  with_dims_per_lane(D, [&](auto dims) {
-    constexpr int kDims = decltype(dims)::value;
-    const auto launch = [&](auto kernel) {
-      // Above 48 KiB (D = 128) a kernel must opt in to more dynamic shared memory.
-      if (shared_bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared_bytes)));
-      kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
-    };
-    if (width == 4) {
-      launch(causal_attention_kernel<4, kDims>);
-    } else {
-      launch(causal_attention_kernel<1, kDims>);
-    }
+  const bool packed = D % 4 == 0;
+  const std::size_t shared_bytes = causal_attention_shared_bytes(D, packed ? 4 : 1);
+  with_width_and_dims(packed, D, [&](auto width, auto dims) {
+    const auto kernel = causal_attention_kernel<decltype(width)::value, decltype(dims)::value>;
+    // Above 48 KiB (D = 128) a kernel must opt in to more dynamic shared memory.
+    if (shared_bytes > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared_bytes)));
+    kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -295,32 +247,23 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
   launch_checks::require_not_null(kName, "keys", keys);
   launch_checks::require_not_null(kName, "values", values);
   launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "B", B);
   launch_checks::require_positive(kName, "L", L);
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_head_size(kName, H, C);
+  check_attention_head_size(kName, B, H, C);
   if (L > capacity)
     launch_checks::fail(
         kName, "L (" + std::to_string(L) + ") exceeds capacity (" + std::to_string(capacity) + ")");
   if (q_row_stride < C)
     launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
                                    ") must be >= C (" + std::to_string(C) + ")");
-  const long long heads = static_cast<long long>(B) * H;
-  launch_checks::require(heads <= 0x7fffffff, kName, "B * H must fit in an int");
-
-  const unsigned int blocks = static_cast<unsigned int>(heads);
+  const unsigned int blocks = static_cast<unsigned int>(B * H);
   // Packed key reads need every key row 16-byte aligned; q is read element by element.
   const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
                       launch_checks::is_16_byte_aligned(values);
-  with_dims_per_lane(C / H, [&](auto dims) {
-    constexpr int kDims = decltype(dims)::value;
-    if (packed) {
-      decode_attention_kernel<4, kDims><<<blocks, kDecodeThreads, 0, stream>>>(
-          q, q_row_stride, keys, values, out, L, capacity, H, C);
-    } else {
-      decode_attention_kernel<1, kDims><<<blocks, kDecodeThreads, 0, stream>>>(
-          q, q_row_stride, keys, values, out, L, capacity, H, C);
-    }
+  with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
+    decode_attention_kernel<decltype(width)::value, decltype(dims)::value>
+        <<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values, out, L, capacity, H,
+                                                C);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -331,8 +274,7 @@ void launch_grow_kv_cache(const float* qkv, const float* keys, const float* valu
   launch_checks::require_not_null(kName, "qkv", qkv);
   launch_checks::require_not_null(kName, "new_keys", new_keys);
   launch_checks::require_not_null(kName, "new_values", new_values);
-  launch_checks::require_positive(kName, "B", B);
-  check_heads(kName, H, C);
+  check_attention_heads(kName, B, H, C);
   launch_checks::require(L >= 0, kName, "L must be >= 0");
   if (L > 0) {
     launch_checks::require_not_null(kName, "keys", keys);
@@ -364,10 +306,9 @@ void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int 
   launch_checks::require_not_null(kName, "qkv", qkv);
   launch_checks::require_not_null(kName, "keys", keys);
   launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_positive(kName, "B", B);
   launch_checks::require_positive(kName, "T", T);
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_heads(kName, H, C);
+  check_attention_heads(kName, B, H, C);
   if (first_position < 0 || static_cast<long long>(first_position) + T > capacity)
     launch_checks::fail(kName, "positions " + std::to_string(first_position) + " .. " +
                                    std::to_string(static_cast<long long>(first_position) + T - 1) +

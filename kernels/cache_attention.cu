@@ -15,6 +15,7 @@
 
 #include "common/cuda_check.hpp"
 #include "kernels/attention.cuh"
+#include "kernels/attention_dispatch.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 #include "kernels/online_softmax.cuh"
@@ -85,8 +86,6 @@ __global__ void __launch_bounds__(kStaticThreads, 2)
                                   float* out, int H, int C) {
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kStaticWarps> warp_states;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
   const int b = blockIdx.x / H;
   const int h = blockIdx.x % H;
   const int D = C / H;
@@ -97,35 +96,11 @@ __global__ void __launch_bounds__(kStaticThreads, 2)
     for (int d = threadIdx.x; d < D; d += blockDim.x) out_row[d] = NAN;
     return;
   }
-
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  const float* query_row = q + static_cast<std::size_t>(b) * q_row_stride + h * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) query[d] = query_row[d] * scale;
-  __syncthreads();
-
   const std::size_t head_offset = (static_cast<std::size_t>(b) * H + h) * capacity * D;
-  const float* head_keys = keys + head_offset;
-  const float* head_values = values + head_offset;
-  const auto rows_of = [=](int s) {
-    const std::size_t row = static_cast<std::size_t>(s) * D;
-    return KeyValueRows{head_keys + row, head_values + row};
-  };
-  OnlineSoftmax<kDims> state;
-  for (int first = warp * kPositionsPerWarpChunk; first < capacity;
-       first += kStaticWarps * kPositionsPerWarpChunk) {
-    fold_positions<kWidth>(query, rows_of, first, min(kPositionsPerWarpChunk, capacity - first),
-                           /*first_masked=*/position + 1, D, lane, state);
-  }
-
-  warp_states.store(warp, lane, D, state);
-  __syncthreads();
-  const float shift = warp_states.block_max();  // finite: warp 0 saw position 0
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float sum = 0.0f;
-    float value = 0.0f;
-    warp_states.merge(shift, d, sum, value);
-    out_row[d] = value / sum;
-  }
+  attend_in_block<kStaticWarps, kWidth, kDims>(
+      q + static_cast<std::size_t>(b) * q_row_stride + h * D, keys + head_offset,
+      values + head_offset, capacity, /*first_masked=*/position + 1, D, out_row, query,
+      warp_states);
 }
 
 // ---------------------------------------------------------------- fused (flash-decoding)
@@ -289,24 +264,6 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
 
 // ---------------------------------------------------------------- host side
 
-void check_heads(const char* launcher, int B, int H, int C) {
-  launch_checks::require_positive(launcher, "B", B);
-  launch_checks::require_positive(launcher, "H", H);
-  launch_checks::require_positive(launcher, "C", C);
-  if (C % H != 0)
-    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") must be divisible by H (" +
-                                      std::to_string(H) + ")");
-  launch_checks::require(static_cast<long long>(B) * H <= 0x7fffffff, launcher,
-                         "B * H must fit in an int");
-}
-
-void check_head_size(const char* launcher, int B, int H, int C) {
-  check_heads(launcher, B, H, C);
-  if (C / H > kMaxHeadDim)
-    launch_checks::fail(launcher, "head size C / H = " + std::to_string(C / H) +
-                                      " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
-}
-
 /// Blocks per (b, h) for this capacity: one per kPositionsPerBlock positions, at most
 /// kMaxSplits (longer caches give each block a longer share). The workspace is sized for
 /// it; a launch activates only the blocks the current length needs.
@@ -348,7 +305,7 @@ void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
   launch_checks::require_not_null(kName, "values", values);
   launch_checks::require_not_null(kName, "cursor", cursor);
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_heads(kName, B, H, C);
+  check_attention_heads(kName, B, H, C);
 
   const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
   const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kAppendThreads);
@@ -367,7 +324,7 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
   launch_checks::require_not_null(kName, "cursor", cursor);
   launch_checks::require_not_null(kName, "out", out);
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_head_size(kName, B, H, C);
+  check_attention_head_size(kName, B, H, C);
   if (q_row_stride < C)
     launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
                                    ") must be >= C (" + std::to_string(C) + ")");
@@ -376,15 +333,10 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
   // Packed key reads need every key row 16-byte aligned; q is read element by element.
   const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
                       launch_checks::is_16_byte_aligned(values);
-  with_dims_per_lane(C / H, [&](auto dims) {
-    constexpr int kDims = decltype(dims)::value;
-    if (packed) {
-      static_cache_attention_kernel<4, kDims><<<blocks, kStaticThreads, 0, stream>>>(
-          q, q_row_stride, keys, values, cursor, capacity, out, H, C);
-    } else {
-      static_cache_attention_kernel<1, kDims><<<blocks, kStaticThreads, 0, stream>>>(
-          q, q_row_stride, keys, values, cursor, capacity, out, H, C);
-    }
+  with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
+    static_cache_attention_kernel<decltype(width)::value, decltype(dims)::value>
+        <<<blocks, kStaticThreads, 0, stream>>>(q, q_row_stride, keys, values, cursor, capacity,
+                                                out, H, C);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -392,7 +344,7 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
 std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capacity) {
   constexpr const char* kName = "fused_decode_attention_workspace_bytes";
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_heads(kName, B, H, C);
+  check_attention_heads(kName, B, H, C);
   return workspace_layout(B, H, C, capacity).total;
 }
 
@@ -409,7 +361,7 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
   launch_checks::require(launch_checks::is_16_byte_aligned(workspace), kName,
                          "workspace must be 16-byte aligned");
   launch_checks::require_positive(kName, "capacity", capacity);
-  check_head_size(kName, B, H, C);
+  check_attention_head_size(kName, B, H, C);
 
   const long long heads = static_cast<long long>(B) * H;
   const int splits = splits_for(capacity);
@@ -425,15 +377,10 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
   const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(qkv) &&
                       launch_checks::is_16_byte_aligned(keys) &&
                       launch_checks::is_16_byte_aligned(values);
-  with_dims_per_lane(C / H, [&](auto dims) {
-    constexpr int kDims = decltype(dims)::value;
-    if (packed) {
-      fused_decode_attention_kernel<4, kDims><<<grid, kFusedThreads, 0, stream>>>(
-          qkv, keys, values, cursor, capacity, out, split_workspace, splits, H, C);
-    } else {
-      fused_decode_attention_kernel<1, kDims><<<grid, kFusedThreads, 0, stream>>>(
-          qkv, keys, values, cursor, capacity, out, split_workspace, splits, H, C);
-    }
+  with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
+    fused_decode_attention_kernel<decltype(width)::value, decltype(dims)::value>
+        <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, cursor, capacity, out,
+                                             split_workspace, splits, H, C);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -16,42 +16,17 @@
 //
 // kDims, the head dimensions each lane holds, is ceil(D / 32) (2 for GPT-2's D = 64),
 // a compile-time constant so that the accumulators stay in registers and the value
-// loads need no branch; see dims_per_lane().
+// loads need no branch; see dims_per_lane() in attention_dispatch.cuh.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
-#include <type_traits>
 
 #include "kernels/attention.cuh"
+#include "kernels/attention_dispatch.cuh"
 #include "kernels/device_primitives.cuh"
 
 namespace ladder {
-
-/// Head dimensions per lane: ceil(D / 32), at most kMaxHeadDim / 32 (host and device).
-constexpr int dims_per_lane(int D) { return (D + kWarpSize - 1) / kWarpSize; }
-static_assert(kMaxHeadDim % kWarpSize == 0, "a head row is split evenly over the lanes");
-
-/// Host side: calls launch(std::integral_constant<int, kDims>{}) with kDims =
-/// dims_per_lane(D), so that each kernel is compiled for the head dimensions a lane holds.
-template <typename Launch>
-void with_dims_per_lane(int D, const Launch& launch) {
-  static_assert(kMaxHeadDim / kWarpSize == 4, "one case per possible dims_per_lane(D)");
-  switch (dims_per_lane(D)) {
-    case 1:
-      launch(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      launch(std::integral_constant<int, 2>{});
-      break;
-    case 3:
-      launch(std::integral_constant<int, 3>{});
-      break;
-    default:
-      launch(std::integral_constant<int, 4>{});
-      break;
-  }
-}
 
 /// What one warp has accumulated over the key positions it has seen so far.
 template <int kDims>
@@ -181,5 +156,44 @@ struct WarpStates {
     }
   }
 };
+
+/// One block of kWarps warps attends one query over positions 0 .. count - 1 of one
+/// head's cache: query_row holds the query's D floats (unscaled), position s has its
+/// key at head_keys + s D and its value at head_values + s D, and positions >=
+/// first_masked are masked (read, and weighed 0; pass count or more for no mask, and
+/// keep first_masked >= 1). Writes the D outputs to out_row. Warp w folds the chunks of
+/// 32 positions starting at 32 w, 32 (w + kWarps), ...; the warp states are merged
+/// through shared memory in warp order. `query` (kMaxHeadDim floats, 16-byte aligned)
+/// and `warp_states` are the block's shared memory; every thread of the block calls it.
+template <int kWarps, int kWidth, int kDims>
+__device__ __forceinline__ void attend_in_block(const float* query_row, const float* head_keys,
+                                                const float* head_values, int count,
+                                                int first_masked, int D, float* out_row,
+                                                float* query, WarpStates<kWarps>& warp_states) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  for (int d = threadIdx.x; d < D; d += blockDim.x) query[d] = query_row[d] * scale;
+  __syncthreads();
+
+  const auto rows_of = [=](int s) {
+    const std::size_t row = static_cast<std::size_t>(s) * D;
+    return KeyValueRows{head_keys + row, head_values + row};
+  };
+  OnlineSoftmax<kDims> state;
+  for (int first = warp * kWarpSize; first < count; first += kWarps * kWarpSize)
+    fold_positions<kWidth>(query, rows_of, first, min(kWarpSize, count - first), first_masked, D,
+                           lane, state);
+
+  warp_states.store(warp, lane, D, state);
+  __syncthreads();
+  const float shift = warp_states.block_max();  // finite: warp 0 saw position 0, unmasked
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float sum = 0.0f;
+    float value = 0.0f;
+    warp_states.merge(shift, d, sum, value);
+    out_row[d] = value / sum;
+  }
+}
 
 }  // namespace ladder
