@@ -6,9 +6,9 @@
 # Stages, run in this order:
 #   golden    regenerate tests/data/golden_model with Hugging Face transformers (needs torch)
 #   test      build with all cores and run every test, GPU tests included
-#   hf        full-size random GPT-2 small from transformers: chapter 01's greedy tokens
+#   hf        full-size random GPT-2 small from transformers: every chapter's greedy tokens
 #             must equal Hugging Face's (needs torch and transformers)
-#   sanitize  compute-sanitizer memcheck on a short run of every chapter
+#   sanitize  compute-sanitizer memcheck and racecheck on a short run of every chapter
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
 #   micro     every program in bench/ (host cost per call, epilogue fusion), B = 32 and 1
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.

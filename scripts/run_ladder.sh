@@ -21,6 +21,9 @@
 # RESULTS_DIR defaults to results/latest. Options:
 #   --quick        N = 100 only, 3 timed runs, into results/quick; README and docs untouched
 #   --no-pytorch   no PyTorch rows
+#   --pytorch-only only step 4 and 5, into a RESULTS_DIR that holds the chapters' results:
+#                  for a machine whose commands may not run long enough for the whole job
+#                  (run the job with --no-pytorch, then this, on the same machine)
 #   -- FLAGS...    passed to every chapter run (e.g. -- --warmup 2)
 # Environment: LADDER_RUNS (timed runs per configuration, default 5; 3 with --quick),
 # LADDER_PRESET, LADDER_COMMIT, LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g.
@@ -36,11 +39,15 @@ error() { echo "run_ladder.sh: error: $*" >&2; exit 2; }
 out=""
 quick=0
 pytorch=1
+pytorch_only=0
 chapter_flags=()
+started=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - started )) s"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --no-pytorch) pytorch=0; shift ;;
+    --pytorch-only) pytorch_only=1; shift ;;
     --out) [ $# -ge 2 ] || error "--out needs a directory"; out=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; chapter_flags=("$@"); break ;;
@@ -52,6 +59,7 @@ runs=${LADDER_RUNS:-$([ $quick = 1 ] && echo 3 || echo 5)}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || error "LADDER_RUNS must be a whole number >= 1, not '$runs'"
 out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
 main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
+[ $pytorch_only = 1 ] && [ $pytorch = 0 ] && error "--pytorch-only and --no-pytorch exclude each other"
 command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
 
 # The tree as it is before this run adds results: which commit, and whether a tracked file
@@ -70,6 +78,7 @@ else
   fi
 fi
 
+if [ $pytorch_only = 0 ]; then
 # ---- build
 if ls .deps/*.deb >/dev/null 2>&1 && [ -z "${LADDER_DEPS_PREFIX:-}" ]; then
   mkdir -p /tmp/ladder-deps  # headers for a machine without apt access, as gpu_check.sh does
@@ -104,7 +113,7 @@ run_chapter() {  # name, label, chapter flags...
   local name=$1 label=$2
   shift 2
   echo
-  echo "=== [$index/${#chapters[@]}] $name: $label, $runs timed runs"
+  echo "=== [$index/${#chapters[@]}] $name: $label, $runs timed runs (at $(elapsed))"
   local status=0
   "build/$preset/chapters/$name" "$@" --runs "$runs" "${chapter_flags[@]}" || status=$?
   if [ $status -eq 3 ]; then
@@ -146,6 +155,7 @@ run = {
 }
 (out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 EOF
+fi
 
 # ---- PyTorch side by side
 if [ $pytorch = 1 ]; then
@@ -153,7 +163,7 @@ if [ $pytorch = 1 ]; then
     pytorch_flags=(--out "$out" --new-tokens "$main_tokens" --runs "$runs")
     read -r -a extra_pytorch <<< "${LADDER_PYTORCH_FLAGS:-}"
     echo
-    echo "=== PyTorch: scripts/pytorch_baseline.py ${pytorch_flags[*]} ${extra_pytorch[*]}"
+    echo "=== PyTorch: scripts/pytorch_baseline.py ${pytorch_flags[*]} ${extra_pytorch[*]} (at $(elapsed))"
     python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
       echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
     if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
@@ -171,5 +181,5 @@ render_flags=()
 [ $quick = 1 ] && render_flags+=(--no-docs)
 python3 scripts/render_results.py "$out" "${render_flags[@]}"
 echo
-echo "==== summary ($out/summary.md)"
+echo "==== summary ($out/summary.md; the job took $(elapsed))"
 cat "$out/summary.md"
