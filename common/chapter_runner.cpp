@@ -204,17 +204,17 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   const double steps = traced.steps > 0 ? traced.steps : 1;
   row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
   row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
-  row.gpu_idle_per_step = activity.idle_seconds() / steps;
-  row.gpu_idle_between_steps =
-      activity.step_openings > 1
-          ? activity.idle_between_steps_seconds / static_cast<double>(activity.step_openings - 1)
-          : -1;
+  row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
+  row.gpu_idle_between_steps = activity.timeline.step_openings > 1
+                                   ? activity.timeline.idle_between_steps_seconds /
+                                         static_cast<double>(activity.timeline.step_openings - 1)
+                                   : -1;
   if (!print_kernels) return;
   std::printf(
       "batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; host inside CUDA calls "
       "that do not wait for the GPU %.3f ms per step (tracing adds to it); by kernel:\n",
-      prompts.batch, new_tokens, activity.busy_seconds * 1e3 / steps,
-      activity.span_seconds * 1e3 / steps, activity.host_api_seconds * 1e3 / steps);
+      prompts.batch, new_tokens, activity.timeline.busy_seconds * 1e3 / steps,
+      activity.timeline.span_seconds * 1e3 / steps, activity.host_api_seconds * 1e3 / steps);
   const std::size_t shown = std::min<std::size_t>(activity.kernel_times.size(), 12);
   for (std::size_t i = 0; i < shown; ++i) {
     const KernelTime& kernel = activity.kernel_times[i];

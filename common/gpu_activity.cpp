@@ -37,18 +37,10 @@ constexpr std::size_t kBufferAlignment = 8;
 
 /// CUPTI hands completed buffers to plain functions with no user pointer, so the
 /// records land here; GpuActivityTrace allows one tracer at a time to own them.
-/// One kernel, copy or memset on the GPU's clock.
-struct Interval {
-  std::uint64_t start;  ///< ns
-  std::uint64_t end;
-  bool opens_step;  ///< a kernel whose name contains the step marker
-  bool operator<(const Interval& other) const { return start < other.start; }
-};
-
 struct RecordSink {
   std::mutex mutex;
   std::string step_marker;
-  std::vector<Interval> intervals;
+  std::vector<ActivityInterval> intervals;
   std::uint64_t kernels = 0, copies = 0, memsets = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
   std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
@@ -82,19 +74,6 @@ bool waits_for_the_gpu(CUpti_ActivityKind kind, CUpti_CallbackId id) {
   if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return false;
   const std::string text = name;
   return text.find("Synchronize") != std::string::npos || text.find("Memcpy") != std::string::npos;
-}
-
-/// Total length of the union of [start, end) intervals, sorted in place.
-std::uint64_t union_length(std::vector<std::pair<std::uint64_t, std::uint64_t>>& intervals) {
-  std::sort(intervals.begin(), intervals.end());
-  std::uint64_t total = 0;
-  std::uint64_t covered_until = 0;
-  for (const auto& [start, end] : intervals) {
-    const std::uint64_t from = std::max(start, covered_until);
-    if (end > from) total += end - from;
-    covered_until = std::max(covered_until, end);
-  }
-  return total;
 }
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
@@ -154,6 +133,49 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 
 }  // namespace
 
+ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals) {
+  ActivityTimeline timeline;
+  if (intervals.empty()) return timeline;
+  std::sort(intervals.begin(), intervals.end(),
+            [](const ActivityInterval& a, const ActivityInterval& b) { return a.start < b.start; });
+  std::uint64_t busy = 0;
+  std::uint64_t between_steps = 0;
+  std::uint64_t current_start = intervals.front().start;
+  std::uint64_t current_end = intervals.front().end;  // the latest end seen so far
+  for (const ActivityInterval& interval : intervals) {
+    if (interval.opens_step) {
+      // The gap before a step: from the end of all earlier work to this kernel's start.
+      if (timeline.step_openings > 0 && interval.start > current_end)
+        between_steps += interval.start - current_end;
+      ++timeline.step_openings;
+    }
+    if (interval.start > current_end) {  // a gap: the GPU was idle in between
+      busy += current_end - current_start;
+      current_start = interval.start;
+      current_end = interval.end;
+    } else {
+      current_end = std::max(current_end, interval.end);
+    }
+  }
+  busy += current_end - current_start;
+  timeline.busy_seconds = static_cast<double>(busy) * 1e-9;
+  timeline.span_seconds = static_cast<double>(current_end - intervals.front().start) * 1e-9;
+  timeline.idle_between_steps_seconds = static_cast<double>(between_steps) * 1e-9;
+  return timeline;
+}
+
+double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::uint64_t total = 0;
+  std::uint64_t covered_until = 0;
+  for (const auto& [start, end] : intervals) {
+    const std::uint64_t from = std::max(start, covered_until);
+    if (end > from) total += end - from;
+    covered_until = std::max(covered_until, end);
+  }
+  return static_cast<double>(total) * 1e-9;
+}
+
 GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
   RecordSink& records = sink();
   {
@@ -192,35 +214,8 @@ GpuActivitySummary GpuActivityTrace::collect() {
     summary.kernel_times.push_back({name, totals.first, static_cast<double>(totals.second) * 1e-9});
   std::sort(summary.kernel_times.begin(), summary.kernel_times.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
-  summary.host_api_seconds = static_cast<double>(union_length(records.host_calls)) * 1e-9;
-  auto& intervals = records.intervals;
-  if (intervals.empty()) return summary;
-  std::sort(intervals.begin(), intervals.end());
-  std::uint64_t busy = 0;
-  std::uint64_t between_steps = 0;
-  std::uint64_t current_start = intervals.front().start;
-  std::uint64_t current_end = intervals.front().end;
-  std::uint64_t last_end = current_end;
-  for (const Interval& interval : intervals) {
-    if (interval.opens_step) {
-      // The gap before a step: from the end of all earlier work to this kernel's start.
-      if (summary.step_openings > 0 && interval.start > current_end)
-        between_steps += interval.start - current_end;
-      ++summary.step_openings;
-    }
-    last_end = std::max(last_end, interval.end);
-    if (interval.start > current_end) {  // a gap: the GPU was idle in between
-      busy += current_end - current_start;
-      current_start = interval.start;
-      current_end = interval.end;
-    } else {
-      current_end = std::max(current_end, interval.end);
-    }
-  }
-  busy += current_end - current_start;
-  summary.idle_between_steps_seconds = static_cast<double>(between_steps) * 1e-9;
-  summary.busy_seconds = static_cast<double>(busy) * 1e-9;
-  summary.span_seconds = static_cast<double>(last_end - intervals.front().start) * 1e-9;
+  summary.host_api_seconds = union_seconds(records.host_calls);
+  summary.timeline = summarize_timeline(records.intervals);
   return summary;
 }
 

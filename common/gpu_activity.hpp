@@ -20,18 +20,39 @@ struct KernelTime {
   double seconds = 0;
 };
 
+/// One piece of work on the GPU's clock (a kernel, a copy, a memset): [start, end) in ns.
+struct ActivityInterval {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  bool opens_step = false;  ///< a kernel that opens a step (its name holds the step marker)
+};
+
+/// What a set of GPU activity intervals says about time, in seconds.
+struct ActivityTimeline {
+  double span_seconds = 0;  ///< first start to last end
+  double busy_seconds = 0;  ///< length of the union of the intervals
+  double idle_seconds() const { return span_seconds - busy_seconds; }
+  std::uint64_t step_openings = 0;  ///< intervals that open a step
+  /// Sum over the step-opening intervals but the earliest of the idle time just before
+  /// each: from the latest end of everything that started before it, to its start.
+  double idle_between_steps_seconds = 0;
+};
+
+/// The timeline of `intervals` (any order, overlaps allowed: two streams). Pure
+/// arithmetic, so that it is tested without a GPU.
+ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals);
+
+/// Length in seconds of the union of [start, end) intervals in ns (any order, overlaps
+/// allowed): the host time covered by API calls, nested or not.
+double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
+
 struct GpuActivitySummary {
   std::uint64_t kernels = 0;  ///< kernel launches that ran
   std::uint64_t copies = 0;   ///< memcpy operations (any direction)
   std::uint64_t memsets = 0;
-  double span_seconds = 0;  ///< first start to last end
-  double busy_seconds = 0;  ///< union of all activity intervals
-  double idle_seconds() const { return span_seconds - busy_seconds; }
-  /// Kernels whose name contains the trace's step marker (the first kernel of a step),
-  /// and the idle time just before each of them but the first: the gap between the end
-  /// of everything the GPU ran before a step and the step's first kernel.
-  std::uint64_t step_openings = 0;
-  double idle_between_steps_seconds = 0;
+  /// When the GPU was busy and idle: over all the work, and just before each kernel
+  /// whose name contains the trace's step marker (the gap between two steps).
+  ActivityTimeline timeline;
   /// Host time spent inside CUDA runtime and driver calls (cuBLASLt's included), as the
   /// union of their intervals, leaving out the calls that wait for the GPU
   /// (synchronizations, memory copies): what enqueueing the work cost the host.

@@ -1,0 +1,64 @@
+// tests/cpu/test_gpu_activity.cpp - the timeline arithmetic behind the traced columns
+// (busy and idle time, the idle time between steps, host time inside API calls), on
+// hand-made intervals: no GPU and no CUPTI needed.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/gpu_activity.hpp"
+
+namespace {
+
+using ladder::ActivityInterval;
+
+constexpr double kNanosecond = 1e-9;
+
+}  // namespace
+
+TEST_CASE("an empty trace has an empty timeline", "[gpu activity]") {
+  const ladder::ActivityTimeline timeline = ladder::summarize_timeline({});
+  CHECK(timeline.span_seconds == 0);
+  CHECK(timeline.busy_seconds == 0);
+  CHECK(timeline.step_openings == 0);
+  CHECK(timeline.idle_between_steps_seconds == 0);
+  CHECK(ladder::union_seconds({}) == 0);
+}
+
+TEST_CASE("busy time is the union of overlapping intervals, in any order", "[gpu activity]") {
+  // Two streams: [100, 200) and [150, 300) overlap, [400, 450) stands alone, and
+  // [410, 420) lies inside it. Busy = 200 + 50 ns over a span of 350 ns.
+  const std::vector<ActivityInterval> intervals = {
+      {400, 450, false}, {150, 300, false}, {410, 420, false}, {100, 200, false}};
+  const ladder::ActivityTimeline timeline = ladder::summarize_timeline(intervals);
+  CHECK(timeline.span_seconds == Approx(350 * kNanosecond));
+  CHECK(timeline.busy_seconds == Approx(250 * kNanosecond));
+  CHECK(timeline.idle_seconds() == Approx(100 * kNanosecond));
+  CHECK(timeline.step_openings == 0);
+  CHECK(timeline.idle_between_steps_seconds == 0);
+}
+
+TEST_CASE("the idle time between steps is the gap before each step but the first",
+          "[gpu activity]") {
+  // Step 1: [0, 100) opens, [110, 200). Step 2 opens at 230: 30 ns after the latest end.
+  // Step 3 opens at 400, but a kernel of step 2 on the other stream, [250, 420), still
+  // runs: no gap. Step 4 opens at 500 after a copy ending at 480: 20 ns.
+  const std::vector<ActivityInterval> intervals = {
+      {0, 100, true},   {110, 200, false}, {230, 240, true}, {250, 420, false},
+      {400, 410, true}, {470, 480, false}, {500, 600, true}};
+  const ladder::ActivityTimeline timeline = ladder::summarize_timeline(intervals);
+  CHECK(timeline.step_openings == 4);
+  CHECK(timeline.idle_between_steps_seconds == Approx(50 * kNanosecond));
+  // All idle time: 100-110, 200-230, 240-250, 420-470, 480-500 = 10 + 30 + 10 + 50 + 20.
+  CHECK(timeline.idle_seconds() == Approx(120 * kNanosecond));
+  CHECK(timeline.span_seconds == Approx(600 * kNanosecond));
+}
+
+TEST_CASE("host time inside API calls counts nested and overlapping calls once", "[gpu activity]") {
+  // A runtime call [0, 100) with a driver call [20, 60) inside it, another call
+  // [90, 150) overlapping its end, and one alone [200, 210): 150 + 10 ns.
+  const std::vector<std::pair<std::uint64_t, std::uint64_t>> calls = {
+      {200, 210}, {20, 60}, {0, 100}, {90, 150}};
+  CHECK(ladder::union_seconds(calls) == Approx(160 * kNanosecond));
+}
