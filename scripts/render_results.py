@@ -34,6 +34,7 @@ with one line and the rest is written.
     python3 scripts/render_results.py results/latest              # summary + README + docs
     python3 scripts/render_results.py results/latest --no-docs    # summary.md only
     python3 scripts/render_results.py /tmp/fake --root /tmp/tree  # into another checkout
+    python3 scripts/render_results.py results/latest --check      # exit 1 if anything is stale
 """
 import argparse
 import json
@@ -614,20 +615,35 @@ def has_markers(text: str, begin: str) -> bool:
     return marker_line(begin).search(text) is not None
 
 
-def replace_between(path: pathlib.Path, begin: str, end: str, content: str) -> bool:
-    """Replaces the lines between the markers; False (and one line) when they are missing."""
-    text = path.read_text()
-    start = marker_line(begin).search(text)
-    stop = marker_line(end).search(text, start.end()) if start else None
-    if not start or not stop:
-        print(f"render_results.py: {path}: no {begin} ... {end} lines: left as it is",
-              file=sys.stderr)
-        return False
-    # A blank line before the end marker keeps the block's last paragraph its own.
-    updated = text[:start.end()] + "\n" + content.rstrip("\n") + "\n\n" + text[stop.start():]
-    if updated != text:
-        path.write_text(updated)
-    return True
+class Writer:
+    """Writes generated text into files, or (check mode) only notes the files it would change."""
+
+    def __init__(self, check: bool):
+        self.check = check
+        self.stale = []  # check mode: the files whose generated text is not current
+
+    def write(self, path: pathlib.Path, text: str):
+        if path.exists() and path.read_text() == text:
+            return
+        if self.check:
+            if path not in self.stale:
+                self.stale.append(path)
+        else:
+            path.write_text(text)
+
+    def replace_between(self, path: pathlib.Path, begin: str, end: str, content: str) -> bool:
+        """Replaces the lines between the markers; False (and one line) when they are missing."""
+        text = path.read_text()
+        start = marker_line(begin).search(text)
+        stop = marker_line(end).search(text, start.end()) if start else None
+        if not start or not stop:
+            print(f"render_results.py: {path}: no {begin} ... {end} lines: left as it is",
+                  file=sys.stderr)
+            return False
+        # A blank line before the end marker keeps the block's last paragraph its own.
+        self.write(path, text[:start.end()] + "\n" + content.rstrip("\n") + "\n\n"
+                   + text[stop.start():])
+        return True
 
 
 MEASURED_BEGIN = re.compile(r"^[ \t]*<!-- measured:(\S+):begin -->[ \t]*$", re.MULTILINE)
@@ -651,7 +667,7 @@ def measured_block(root: pathlib.Path, relative: str) -> str:
                      + ([""] + after if after else []))
 
 
-def render_measured_blocks(root: pathlib.Path) -> list:
+def render_measured_blocks(root: pathlib.Path, writer: Writer) -> list:
     """Fills every measured:PATH block of the READMEs and docs pages; the files it wrote."""
     written = []
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md")),
@@ -660,8 +676,9 @@ def render_measured_blocks(root: pathlib.Path) -> list:
         if not page.exists():
             continue
         for relative in dict.fromkeys(MEASURED_BEGIN.findall(page.read_text())):
-            if replace_between(page, f"<!-- measured:{relative}:begin -->",
-                               f"<!-- measured:{relative}:end -->", measured_block(root, relative)):
+            if writer.replace_between(page, f"<!-- measured:{relative}:begin -->",
+                                      f"<!-- measured:{relative}:end -->",
+                                      measured_block(root, relative)):
                 if page not in written:
                     written.append(page)
     return written
@@ -682,23 +699,30 @@ def main(argv) -> int:
                              "(default: this one)")
     parser.add_argument("--no-docs", action="store_true",
                         help="write summary.md only: no plots, README.md and docs untouched")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming every file whose generated text "
+                             "(summary.md, README, docs and chapter blocks) is not current. "
+                             "The plots are not redrawn: the blocks name those that exist")
     args = parser.parse_args(argv)
 
     run, ladder, pytorch = load_results(args.results)
     layout = Layout(batch=main_batch(ladder or pytorch), new_tokens=sweep_new_tokens(ladder or pytorch))
     results_name = display_name(args.results, args.root)
+    writer = Writer(args.check)
     summary = args.results / "summary.md"
-    summary.write_text(summary_markdown(run, ladder, pytorch, layout, results_name))
+    writer.write(summary, summary_markdown(run, ladder, pytorch, layout, results_name))
     written = [summary]
     if not args.no_docs:
-        plots = make_plots(ladder, pytorch, layout, args.root / "docs" / "images")
+        images = args.root / "docs" / "images"
+        plots = ({name for name, file in PLOTS.items() if (images / file).exists()} if args.check
+                 else make_plots(ladder, pytorch, layout, images))
         written += [args.root / "docs" / "images" / PLOTS[name] for name in sorted(plots)]
         readme = args.root / "README.md"
-        if replace_between(readme, RESULTS_BEGIN, RESULTS_END,
-                           readme_block(run, ladder, pytorch, layout, results_name, plots)):
+        if writer.replace_between(readme, RESULTS_BEGIN, RESULTS_END,
+                                  readme_block(run, ladder, pytorch, layout, results_name, plots)):
             written.append(readme)
         page = args.root / "docs" / "results.md"
-        if page.exists() and replace_between(
+        if page.exists() and writer.replace_between(
                 page, RESULTS_BEGIN, RESULTS_END,
                 results_page_block(run, ladder, pytorch, layout, results_name, plots)):
             written.append(page)
@@ -706,11 +730,17 @@ def main(argv) -> int:
             chapter_readme = args.root / "chapters" / report.chapter / "README.md"
             if report.precision != "fp32" or not chapter_readme.exists():
                 continue
-            if has_markers(chapter_readme.read_text(), CHAPTER_BEGIN) and replace_between(
+            if has_markers(chapter_readme.read_text(), CHAPTER_BEGIN) and writer.replace_between(
                     chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
                     chapter_block(run, report, ladder, layout, results_name)):
                 written.append(chapter_readme)
-        written += [page for page in render_measured_blocks(args.root) if page not in written]
+        written += [page for page in render_measured_blocks(args.root, writer)
+                    if page not in written]
+    if args.check:
+        for path in writer.stale:
+            print(f"render_results.py: {path} is not current: "
+                  f"run python3 scripts/render_results.py {results_name}", file=sys.stderr)
+        return 1 if writer.stale else 0
     for path in written:
         print(f"render_results.py: wrote {path}", file=sys.stderr)
     return 0
