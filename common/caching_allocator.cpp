@@ -1,8 +1,6 @@
 // common/caching_allocator.cpp - segments from cudaMalloc, blocks cached per stream.
 #include "common/caching_allocator.hpp"
 
-#include <cstdio>
-#include <exception>
 #include <string>
 #include <utility>
 
@@ -77,29 +75,12 @@ CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source)
     : source_(std::move(source)) {}
 
 CachingAllocator::~CachingAllocator() {
-  const auto report = [](const std::exception& error) {
-    std::fprintf(stderr, "caching allocator teardown: %s\n", error.what());
-  };
-  const AllocatorStats last = stats_.stats();
-  if (last.allocated_bytes != 0) {
-    std::fprintf(stderr,
-                 "warning: caching allocator destroyed while %s are still allocated; "
-                 "their buffers point to freed memory\n",
-                 format_bytes(static_cast<double>(last.allocated_bytes)).c_str());
-  }
+  const AllocatorTeardown teardown("caching allocator");
+  teardown.warn_if_allocated(stats_.stats(), "freed memory");
   // cudaFree waits for the device too, but only as a documented side effect.
-  try {
-    source_->synchronize();
-  } catch (const std::exception& error) {
-    report(error);
-  }
-  for (const auto& [address, segment] : blocks_.segments()) {
-    try {
-      source_->free_segment(as_pointer(address), segment.size);
-    } catch (const std::exception& error) {
-      report(error);
-    }
-  }
+  teardown.attempt([&] { source_->synchronize(); });
+  for (const auto& [address, segment] : blocks_.segments())
+    teardown.attempt([&] { source_->free_segment(as_pointer(address), segment.size); });
 }
 
 void* CachingAllocator::allocate(std::size_t bytes, cudaStream_t stream) {

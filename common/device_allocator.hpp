@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -25,12 +26,40 @@ struct AllocatorStats {
   std::uint64_t driver_allocations = 0;  ///< cudaMalloc / cuMemCreate calls since the last reset
   std::uint64_t driver_frees = 0;        ///< cudaFree / cuMemRelease calls since the last reset
 
-  /// (peak reserved - peak allocated) / peak reserved, as in the seed's table; 0 if nothing reserved.
+  /// (peak reserved - peak allocated) / peak reserved, as in the seed's table; 0 if nothing
+  /// reserved.
   double fragmentation() const {
     if (peak_reserved_bytes == 0) return 0.0;
     return static_cast<double>(peak_reserved_bytes - peak_allocated_bytes) /
            static_cast<double>(peak_reserved_bytes);
   }
+};
+
+/// How an allocator's destructor gives its memory back: every step is attempted, and
+/// what goes wrong is one line on stderr, never an exception (a destructor must not
+/// throw, and one failed release must not keep the others from running).
+class AllocatorTeardown {
+ public:
+  /// `allocator` names it in the messages, e.g. "caching allocator".
+  explicit AllocatorTeardown(const char* allocator) : allocator_(allocator) {}
+
+  /// Warns when blocks are still allocated; `consequence` says what their pointers
+  /// point to once the teardown is done (e.g. "freed memory").
+  void warn_if_allocated(const AllocatorStats& last, const char* consequence) const;
+
+  /// Runs `step` (a synchronization, a release) and reports what it throws.
+  template <typename Step>
+  void attempt(const Step& step) const {
+    try {
+      step();
+    } catch (const std::exception& error) {
+      report(error);
+    }
+  }
+
+ private:
+  void report(const std::exception& error) const;
+  const char* allocator_;
 };
 
 class DeviceAllocator {
@@ -85,7 +114,9 @@ class DeviceBuffer {
     bytes_ = 0;
   }
   template <typename T>
-  T* as() const { return static_cast<T*>(pointer_); }
+  T* as() const {
+    return static_cast<T*>(pointer_);
+  }
   std::size_t bytes() const { return bytes_; }
 
  private:

@@ -4,8 +4,6 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <exception>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -159,34 +157,13 @@ ExpandableAllocator::ExpandableAllocator(std::unique_ptr<PageSource> source)
       device_total_bytes_(source_->memory_info().total_bytes) {}
 
 ExpandableAllocator::~ExpandableAllocator() {
-  const auto report = [](const std::exception& error) {
-    std::fprintf(stderr, "expandable allocator teardown: %s\n", error.what());
-  };
-  const AllocatorStats last = stats_.stats();
-  if (last.allocated_bytes != 0) {
-    std::fprintf(stderr,
-                 "warning: expandable allocator destroyed while %s are still allocated; "
-                 "their buffers point to unmapped memory\n",
-                 format_bytes(static_cast<double>(last.allocated_bytes)).c_str());
-  }
-  try {
-    source_->synchronize();
-  } catch (const std::exception& error) {
-    report(error);
-  }
+  const AllocatorTeardown teardown("expandable allocator");
+  teardown.warn_if_allocated(stats_.stats(), "unmapped memory");
+  teardown.attempt([&] { source_->synchronize(); });
   for (const SegmentSnapshot& segment : blocks_.snapshot()) {
-    for (const auto& [address, bytes] : mapped_stretches(segment)) {
-      try {
-        source_->unmap_pages(address, bytes / page_bytes_);
-      } catch (const std::exception& error) {
-        report(error);
-      }
-    }
-    try {
-      source_->free_range(segment.segment.address, segment.segment.size);
-    } catch (const std::exception& error) {
-      report(error);
-    }
+    for (const auto& [address, bytes] : mapped_stretches(segment))
+      teardown.attempt([&] { source_->unmap_pages(address, bytes / page_bytes_); });
+    teardown.attempt([&] { source_->free_range(segment.segment.address, segment.segment.size); });
   }
 }
 

@@ -253,13 +253,9 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
   if (L > capacity)
     launch_checks::fail(
         kName, "L (" + std::to_string(L) + ") exceeds capacity (" + std::to_string(capacity) + ")");
-  if (q_row_stride < C)
-    launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
-                                   ") must be >= C (" + std::to_string(C) + ")");
+  check_query_row_stride(kName, q_row_stride, C);
   const unsigned int blocks = static_cast<unsigned int>(B * H);
-  // Packed key reads need every key row 16-byte aligned; q is read element by element.
-  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
-                      launch_checks::is_16_byte_aligned(values);
+  const bool packed = cache_rows_are_packed(C / H, keys, values);
   with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
     decode_attention_kernel<decltype(width)::value, decltype(dims)::value>
         <<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values, out, L, capacity, H,

@@ -42,6 +42,22 @@ inline void check_attention_head_size(const char* launcher, int B, int H, int C)
                                       " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
 }
 
+/// Throws std::invalid_argument unless q's rows, q_row_stride floats apart, hold C
+/// floats each (C for a [B, C] buffer; 3C reads the q third of a [B, 3C] qkv in place).
+inline void check_query_row_stride(const char* launcher, int q_row_stride, int C) {
+  if (q_row_stride < C)
+    launch_checks::fail(launcher, "q_row_stride (" + std::to_string(q_row_stride) +
+                                      ") must be >= C (" + std::to_string(C) + ")");
+}
+
+/// Whether every key and value row of a [B, H, capacity, D] cache can be read in
+/// 16-byte packs: D % 4 == 0 and both caches 16-byte aligned (q is read element by
+/// element, into shared memory).
+inline bool cache_rows_are_packed(int D, const float* keys, const float* values) {
+  return D % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
+         launch_checks::is_16_byte_aligned(values);
+}
+
 /// Calls launch(width, dims) with std::integral_constant arguments: width 4 when
 /// `packed` (the caller has checked D % 4 == 0 and the alignment of every row it reads
 /// packed), else 1; dims = dims_per_lane(D), D <= kMaxHeadDim.

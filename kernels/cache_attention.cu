@@ -325,14 +325,10 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
   launch_checks::require_not_null(kName, "out", out);
   launch_checks::require_positive(kName, "capacity", capacity);
   check_attention_head_size(kName, B, H, C);
-  if (q_row_stride < C)
-    launch_checks::fail(kName, "q_row_stride (" + std::to_string(q_row_stride) +
-                                   ") must be >= C (" + std::to_string(C) + ")");
+  check_query_row_stride(kName, q_row_stride, C);
 
   const unsigned int blocks = static_cast<unsigned int>(B * H);
-  // Packed key reads need every key row 16-byte aligned; q is read element by element.
-  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(keys) &&
-                      launch_checks::is_16_byte_aligned(values);
+  const bool packed = cache_rows_are_packed(C / H, keys, values);
   with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
     static_cache_attention_kernel<decltype(width)::value, decltype(dims)::value>
         <<<blocks, kStaticThreads, 0, stream>>>(q, q_row_stride, keys, values, cursor, capacity,
