@@ -4,9 +4,10 @@
 // A decode step normalizes only B rows (32 at the seed's batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
 // (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
-// once, before the first reduction; a warp per row (an earlier version) walked its
-// 24 floats per lane in a chain of round trips on 1/8 of the SMs and took ~5 us a row
-// batch on the H200. Two passes instead of sum and sum of squares in one:
+// once, before the first reduction. An earlier version gave each row one warp, eight
+// rows to a block: at B = 32 that is 4 blocks on the H200's 132 SMs, each lane loading
+// the weight and bias only after two reductions, ~5 us a launch; this one takes ~1.5 us
+// (docs/performance_notes.md). Two passes instead of sum and sum of squares in one:
 // E[x^2] - E[x]^2 cancels badly in fp32 when the mean is large against the spread,
 // while sum((x - mean)^2) does not; both passes read the registers, not memory.
 #include "kernels/layernorm.cuh"
