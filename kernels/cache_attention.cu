@@ -370,9 +370,8 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
 
   const dim3 grid(static_cast<unsigned int>(heads), static_cast<unsigned int>(splits));
   // Packed reads need every key row, and this step's k row in qkv, 16-byte aligned.
-  const bool packed = (C / H) % 4 == 0 && launch_checks::is_16_byte_aligned(qkv) &&
-                      launch_checks::is_16_byte_aligned(keys) &&
-                      launch_checks::is_16_byte_aligned(values);
+  const bool packed =
+      cache_rows_are_packed(C / H, keys, values) && launch_checks::is_16_byte_aligned(qkv);
   with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
     fused_decode_attention_kernel<decltype(width)::value, decltype(dims)::value>
         <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, cursor, capacity, out,
