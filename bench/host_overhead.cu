@@ -90,6 +90,8 @@ int run(int argc, char** argv) {
   ladder::LtMatmul lt(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes);
   ladder::LtMatmul lt_in_kernel(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
                                 /*allow_tf32=*/false, ladder::SplitKReduction::kInsideTheKernel);
+  ladder::LtMatmul lt_no_split(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
+                               /*allow_tf32=*/false, ladder::SplitKReduction::kNoSplit);
   std::unique_ptr<ladder::DeviceAllocator> caching = ladder::make_device_allocator("caching");
   std::unique_ptr<ladder::DeviceAllocator> expandable = ladder::make_device_allocator("expandable");
   int flag_host = 0;
@@ -139,6 +141,15 @@ int run(int argc, char** argv) {
        [&] {
          lt_in_kernel.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu,
                              s);
+       }},
+      {"cuBLASLt, no split: C -> 3C, bias",
+       [&] {
+         lt_no_split.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s);
+       }},
+      {"cuBLASLt, no split: C -> 4C, bias + GELU",
+       [&] {
+         lt_no_split.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu,
+                            s);
        }},
       {"cudaMemcpyAsync device to device, [B, C]",
        [&] {

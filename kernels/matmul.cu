@@ -171,10 +171,14 @@ const LtMatmul::Plan& LtMatmul::plan_for(const PlanKey& key, const float* bias) 
                  static_cast<std::uint32_t>(key.output_alignment));
   set_preference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                  static_cast<std::uint32_t>(key.output_alignment));
+  // Unsplit kernels need no reduction scheme, so an empty mask leaves only them; the
+  // in-place mask adds the split kernels that sum their slices in the output.
   if (reduction_ == SplitKReduction::kInsideTheKernel) {
-    // Unsplit kernels need no scheme; of the split ones, only in-place summation.
     set_preference(raw_preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                    static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE));
+  } else if (reduction_ == SplitKReduction::kNoSplit) {
+    set_preference(raw_preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                   static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE));
   }
 
   cublasLtMatmulHeuristicResult_t result{};

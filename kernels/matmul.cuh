@@ -47,9 +47,11 @@ enum class LinearEpilogue {
 /// kernel (cublasLt::splitKreduce_kernel): one more launch per product, and on a host
 /// that needs ~5 us per launch that launch can cost more than the product saves.
 enum class SplitKReduction {
-  kAny,             ///< whatever the heuristic prefers (cuBLASLt's default)
-  kInsideTheKernel  ///< no separate reduction kernel: no split, or slices added in
-                    ///< the output in a fixed order (CUBLASLT_REDUCTION_SCHEME_INPLACE)
+  kAny,              ///< whatever the heuristic prefers (cuBLASLt's default)
+  kInsideTheKernel,  ///< no separate reduction kernel: no split, or slices added in
+                     ///< the output in a fixed order (CUBLASLT_REDUCTION_SCHEME_INPLACE)
+  kNoSplit           ///< the inner dimension is not split: one kernel, and each output
+                     ///< is summed by one block (no reduction scheme allowed)
 };
 
 /// Matrix products through cuBLASLt, with fused epilogues, for one stream at a time.

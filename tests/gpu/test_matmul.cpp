@@ -86,9 +86,9 @@ std::vector<float> expected_linear(const std::vector<float>& x, const std::vecto
 TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp32", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
-  // Both reduction policies: the default, and split-K summed inside the matmul kernel.
-  const SplitKReduction reduction =
-      GENERATE(SplitKReduction::kAny, SplitKReduction::kInsideTheKernel);
+  // Every reduction policy: the default, split-K summed inside the kernel, no split.
+  const SplitKReduction reduction = GENERATE(
+      SplitKReduction::kAny, SplitKReduction::kInsideTheKernel, SplitKReduction::kNoSplit);
   CAPTURE(static_cast<int>(reduction));
   LtWithWorkspace lt(/*allow_tf32=*/false, reduction);
   REQUIRE_FALSE(lt.matmul.allow_tf32());
