@@ -25,10 +25,11 @@
 #                  for a machine whose commands may not run long enough for the whole job
 #                  (run the job with --no-pytorch, then this, on the same machine)
 #   -- FLAGS...    passed to every chapter run (e.g. -- --warmup 2)
-# Environment: LADDER_RUNS (timed runs per configuration, default 5; 3 with --quick),
-# LADDER_PRESET, LADDER_COMMIT, LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g.
-# "--precision tf32 --compile-mode default"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the
-# batch sweep too). Without a GPU the first chapter says "no CUDA device found" and the job
+# Environment: LADDER_RUNS (timed runs per chapter configuration, default 5; 3 with --quick),
+# LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the SPEC's PyTorch
+# anchors: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
+# LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g. "--precision
+# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too). Without a GPU the first chapter says "no CUDA device found" and the job
 # stops there with its exit code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +58,10 @@ while [ $# -gt 0 ]; do
 done
 runs=${LADDER_RUNS:-$([ $quick = 1 ] && echo 3 || echo 5)}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || error "LADDER_RUNS must be a whole number >= 1, not '$runs'"
+pytorch_runs=${LADDER_PYTORCH_RUNS:-3}
+[[ $pytorch_runs =~ ^[1-9][0-9]*$ ]] ||
+  error "LADDER_PYTORCH_RUNS must be a whole number >= 1, not '$pytorch_runs'"
+[ "$pytorch_runs" -gt "$runs" ] && pytorch_runs=$runs
 out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
 main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
 [ $pytorch_only = 1 ] && [ $pytorch = 0 ] && error "--pytorch-only and --no-pytorch exclude each other"
@@ -160,7 +165,8 @@ fi
 # ---- PyTorch side by side
 if [ $pytorch = 1 ]; then
   if why=$(python3 -c "import torch, transformers" 2>&1); then
-    pytorch_flags=(--out "$out" --new-tokens "$main_tokens" --runs "$runs")
+    pytorch_flags=(--out "$out" --new-tokens "$main_tokens" --runs "$pytorch_runs"
+                   --naive-runs "$pytorch_runs")
     read -r -a extra_pytorch <<< "${LADDER_PYTORCH_FLAGS:-}"
     echo
     echo "=== PyTorch: scripts/pytorch_baseline.py ${pytorch_flags[*]} ${extra_pytorch[*]} (at $(elapsed))"
@@ -168,7 +174,7 @@ if [ $pytorch = 1 ]; then
       echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
     if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
       python3 scripts/pytorch_baseline.py --out "$out" --batch 1,8,64 --new-tokens 100 \
-        --runs "$runs" --suffix sweep "${extra_pytorch[@]}" ||
+        --runs "$pytorch_runs" --naive-runs "$pytorch_runs" --suffix sweep "${extra_pytorch[@]}" ||
         echo "run_ladder.sh: the PyTorch batch sweep failed (exit $?)" >&2
     fi
   else
