@@ -215,8 +215,7 @@ __global__ void grow_kv_cache_kernel(const float* qkv, const float* keys, const 
 void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, int C,
                              cudaStream_t stream) {
   constexpr const char* kName = "launch_causal_attention";
-  launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_not_null(kName, {{"qkv", qkv}, {"out", out}});
   launch_checks::require_positive(kName, "T", T);
   check_attention_head_size(kName, B, H, C);
   const long long heads = static_cast<long long>(B) * H;
@@ -243,12 +242,9 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
                              const float* values, float* out, int B, int L, int capacity, int H,
                              int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_attention";
-  launch_checks::require_not_null(kName, "q", q);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "L", L);
-  launch_checks::require_positive(kName, "capacity", capacity);
+  launch_checks::require_not_null(kName,
+                                  {{"q", q}, {"keys", keys}, {"values", values}, {"out", out}});
+  launch_checks::require_positive(kName, {{"L", L}, {"capacity", capacity}});
   check_attention_head_size(kName, B, H, C);
   if (L > capacity)
     launch_checks::fail(
@@ -267,14 +263,12 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
 void launch_grow_kv_cache(const float* qkv, const float* keys, const float* values, float* new_keys,
                           float* new_values, int L, int B, int H, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_grow_kv_cache";
-  launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "new_keys", new_keys);
-  launch_checks::require_not_null(kName, "new_values", new_values);
+  launch_checks::require_not_null(
+      kName, {{"qkv", qkv}, {"new_keys", new_keys}, {"new_values", new_values}});
   check_attention_heads(kName, B, H, C);
   launch_checks::require(L >= 0, kName, "L must be >= 0");
   if (L > 0) {
-    launch_checks::require_not_null(kName, "keys", keys);
-    launch_checks::require_not_null(kName, "values", values);
+    launch_checks::require_not_null(kName, {{"keys", keys}, {"values", values}});
   }
 
   const int D = C / H;
@@ -299,11 +293,8 @@ void launch_grow_kv_cache(const float* qkv, const float* keys, const float* valu
 void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int first_position,
                               int T, int capacity, int B, int H, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_store_kv_sequence";
-  launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_positive(kName, "T", T);
-  launch_checks::require_positive(kName, "capacity", capacity);
+  launch_checks::require_not_null(kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}});
+  launch_checks::require_positive(kName, {{"T", T}, {"capacity", capacity}});
   check_attention_heads(kName, B, H, C);
   if (first_position < 0 || static_cast<long long>(first_position) + T > capacity)
     launch_checks::fail(kName, "positions " + std::to_string(first_position) + " .. " +

@@ -300,10 +300,8 @@ void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
                                 const DecodePosition* cursor, int capacity, int B, int H, int C,
                                 cudaStream_t stream) {
   constexpr const char* kName = "launch_append_kv_at_cursor";
-  launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_not_null(kName, "cursor", cursor);
+  launch_checks::require_not_null(
+      kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}});
   launch_checks::require_positive(kName, "capacity", capacity);
   check_attention_heads(kName, B, H, C);
 
@@ -318,11 +316,8 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
                                    const float* values, const DecodePosition* cursor, int capacity,
                                    float* out, int B, int H, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_static_cache_attention";
-  launch_checks::require_not_null(kName, "q", q);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_not_null(kName, "cursor", cursor);
-  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_not_null(
+      kName, {{"q", q}, {"keys", keys}, {"values", values}, {"cursor", cursor}, {"out", out}});
   launch_checks::require_positive(kName, "capacity", capacity);
   check_attention_head_size(kName, B, H, C);
   check_query_row_stride(kName, q_row_stride, C);
@@ -348,12 +343,12 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_fused_decode_attention";
-  launch_checks::require_not_null(kName, "qkv", qkv);
-  launch_checks::require_not_null(kName, "keys", keys);
-  launch_checks::require_not_null(kName, "values", values);
-  launch_checks::require_not_null(kName, "cursor", cursor);
-  launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_not_null(kName, "workspace", workspace);
+  launch_checks::require_not_null(kName, {{"qkv", qkv},
+                                          {"keys", keys},
+                                          {"values", values},
+                                          {"cursor", cursor},
+                                          {"out", out},
+                                          {"workspace", workspace}});
   launch_checks::require(launch_checks::is_16_byte_aligned(workspace), kName,
                          "workspace must be 16-byte aligned");
   launch_checks::require_positive(kName, "capacity", capacity);

@@ -75,16 +75,14 @@ __global__ void residual_add_kernel(float* residual, const float* x, std::size_t
 }
 
 void check_shape(const char* launcher, int rows, int columns) {
-  launch_checks::require_positive(launcher, "rows", rows);
-  launch_checks::require_positive(launcher, "columns", columns);
+  launch_checks::require_positive(launcher, {{"rows", rows}, {"columns", columns}});
 }
 
 }  // namespace
 
 void launch_add_bias(float* x, const float* bias, int rows, int columns, cudaStream_t stream) {
   constexpr const char* kName = "launch_add_bias";
-  launch_checks::require_not_null(kName, "x", x);
-  launch_checks::require_not_null(kName, "bias", bias);
+  launch_checks::require_not_null(kName, {{"x", x}, {"bias", bias}});
   check_shape(kName, rows, columns);
   const bool packed = columns % 4 == 0 && launch_checks::is_16_byte_aligned(x) &&
                       launch_checks::is_16_byte_aligned(bias);
@@ -101,8 +99,7 @@ void launch_add_bias(float* x, const float* bias, int rows, int columns, cudaStr
 
 void launch_gelu(const float* x, float* out, int rows, int columns, cudaStream_t stream) {
   constexpr const char* kName = "launch_gelu";
-  launch_checks::require_not_null(kName, "x", x);
-  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_not_null(kName, {{"x", x}, {"out", out}});
   check_shape(kName, rows, columns);
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
   const bool packed = count % 4 == 0 && launch_checks::is_16_byte_aligned(x) &&
@@ -120,8 +117,7 @@ void launch_gelu(const float* x, float* out, int rows, int columns, cudaStream_t
 void launch_residual_add(float* residual, const float* x, int rows, int columns,
                          cudaStream_t stream) {
   constexpr const char* kName = "launch_residual_add";
-  launch_checks::require_not_null(kName, "residual", residual);
-  launch_checks::require_not_null(kName, "x", x);
+  launch_checks::require_not_null(kName, {{"residual", residual}, {"x", x}});
   check_shape(kName, rows, columns);
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
   const bool packed = count % 4 == 0 && launch_checks::is_16_byte_aligned(residual) &&

@@ -77,13 +77,10 @@ void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* pos
 void launch_embedding(const std::int32_t* tokens, const std::int32_t* positions, const float* wte,
                       const float* wpe, float* out, int rows, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_embedding";
-  launch_checks::require_not_null(kName, "tokens", tokens);
-  launch_checks::require_not_null(kName, "positions", positions);
-  launch_checks::require_not_null(kName, "wte", wte);
-  launch_checks::require_not_null(kName, "wpe", wpe);
-  launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "rows", rows);
-  launch_checks::require_positive(kName, "C", C);
+  launch_checks::require_not_null(
+      kName,
+      {{"tokens", tokens}, {"positions", positions}, {"wte", wte}, {"wpe", wpe}, {"out", out}});
+  launch_checks::require_positive(kName, {{"rows", rows}, {"C", C}});
   launch_embedding_kernel(tokens, positions, nullptr, 0, 1, wte, wpe, out, rows, C, stream);
 }
 
@@ -91,13 +88,9 @@ void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, con
                                float* out, int B, int T, int first_position, int C,
                                cudaStream_t stream) {
   constexpr const char* kName = "launch_sequence_embedding";
-  launch_checks::require_not_null(kName, "tokens", tokens);
-  launch_checks::require_not_null(kName, "wte", wte);
-  launch_checks::require_not_null(kName, "wpe", wpe);
-  launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "B", B);
-  launch_checks::require_positive(kName, "T", T);
-  launch_checks::require_positive(kName, "C", C);
+  launch_checks::require_not_null(kName,
+                                  {{"tokens", tokens}, {"wte", wte}, {"wpe", wpe}, {"out", out}});
+  launch_checks::require_positive(kName, {{"B", B}, {"T", T}, {"C", C}});
   launch_checks::require(first_position >= 0, kName, "first_position must be >= 0");
   launch_checks::require(static_cast<long long>(B) * T <= 0x7fffffff, kName,
                          "B * T must fit in an int");
@@ -109,13 +102,9 @@ void launch_embedding_at_cursor(const std::int32_t* tokens, const DecodePosition
                                 const float* wte, const float* wpe, float* out, int B, int C,
                                 cudaStream_t stream) {
   constexpr const char* kName = "launch_embedding_at_cursor";
-  launch_checks::require_not_null(kName, "tokens", tokens);
-  launch_checks::require_not_null(kName, "cursor", cursor);
-  launch_checks::require_not_null(kName, "wte", wte);
-  launch_checks::require_not_null(kName, "wpe", wpe);
-  launch_checks::require_not_null(kName, "out", out);
-  launch_checks::require_positive(kName, "B", B);
-  launch_checks::require_positive(kName, "C", C);
+  launch_checks::require_not_null(
+      kName, {{"tokens", tokens}, {"cursor", cursor}, {"wte", wte}, {"wpe", wpe}, {"out", out}});
+  launch_checks::require_positive(kName, {{"B", B}, {"C", C}});
   launch_embedding_kernel(tokens, nullptr, cursor, 0, 1, wte, wpe, out, B, C, stream);
 }
 

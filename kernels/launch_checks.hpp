@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,27 @@ inline void require_positive(const char* launcher, const char* name, long long v
 
 inline void require_not_null(const char* launcher, const char* name, const void* pointer) {
   if (pointer == nullptr) fail(launcher, std::string(name) + " must not be null");
+}
+
+/// An argument and its name, for the list forms below.
+template <typename T>
+struct Named {
+  const char* name;
+  T value;
+};
+
+/// require_positive for each argument, in the order given: {{"B", B}, {"C", C}}.
+inline void require_positive(const char* launcher,
+                             std::initializer_list<Named<long long>> arguments) {
+  for (const Named<long long>& argument : arguments)
+    require_positive(launcher, argument.name, argument.value);
+}
+
+/// require_not_null for each pointer, in the order given: {{"x", x}, {"out", out}}.
+inline void require_not_null(const char* launcher,
+                             std::initializer_list<Named<const void*>> pointers) {
+  for (const Named<const void*>& pointer : pointers)
+    require_not_null(launcher, pointer.name, pointer.value);
 }
 
 /// True when `pointer` may be read as float4 (16-byte aligned).

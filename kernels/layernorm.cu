@@ -143,11 +143,8 @@ void launch_row_kernel(float* residual, const float* x, const float* weight, con
 
 void check_layernorm_arguments(const char* launcher, const float* weight, const float* bias,
                                float* out, int rows, int C, float eps) {
-  launch_checks::require_not_null(launcher, "weight", weight);
-  launch_checks::require_not_null(launcher, "bias", bias);
-  launch_checks::require_not_null(launcher, "out", out);
-  launch_checks::require_positive(launcher, "rows", rows);
-  launch_checks::require_positive(launcher, "C", C);
+  launch_checks::require_not_null(launcher, {{"weight", weight}, {"bias", bias}, {"out", out}});
+  launch_checks::require_positive(launcher, {{"rows", rows}, {"C", C}});
   launch_checks::require(std::isfinite(eps) && eps >= 0.0f, launcher,
                          "eps must be finite and >= 0");
   if (C > kMaxLayernormC)
@@ -175,8 +172,7 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
                                const float* bias, float* out, int rows, int C, float eps,
                                cudaStream_t stream) {
   constexpr const char* kName = "launch_residual_layernorm";
-  launch_checks::require_not_null(kName, "residual", residual);
-  launch_checks::require_not_null(kName, "x", x);
+  launch_checks::require_not_null(kName, {{"residual", residual}, {"x", x}});
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
   launch_checks::require(out != residual, kName,
                          "out must not be residual (residual keeps the sum, out its LayerNorm)");

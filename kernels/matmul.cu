@@ -229,18 +229,15 @@ void LtMatmul::linear(const float* x, const float* weight, const float* bias, fl
                       cudaStream_t stream) {
   constexpr const char* kName = "LtMatmul::linear";
   launch_checks::require(handle_ != nullptr, kName, "the LtMatmul was moved from");
-  launch_checks::require_not_null(kName, "x", x);
-  launch_checks::require_not_null(kName, "weight", weight);
-  launch_checks::require_not_null(kName, "out", out);
+  launch_checks::require_not_null(kName, {{"x", x}, {"weight", weight}, {"out", out}});
   if (epilogue == LinearEpilogue::kNone) {
     launch_checks::require(bias == nullptr, kName,
                            "bias must be null with LinearEpilogue::kNone (use kBias to add it)");
   } else {
     launch_checks::require_not_null(kName, "bias", bias);
   }
-  launch_checks::require_positive(kName, "rows", rows);
-  launch_checks::require_positive(kName, "in_features", in_features);
-  launch_checks::require_positive(kName, "out_features", out_features);
+  launch_checks::require_positive(
+      kName, {{"rows", rows}, {"in_features", in_features}, {"out_features", out_features}});
   run(kName, x, weight, bias, out, rows, in_features, out_features, /*transposed_weight=*/false,
       epilogue, stream);
 }
@@ -249,12 +246,8 @@ void LtMatmul::lm_head(const float* x, const float* wte, float* logits, int rows
                        cudaStream_t stream) {
   constexpr const char* kName = "LtMatmul::lm_head";
   launch_checks::require(handle_ != nullptr, kName, "the LtMatmul was moved from");
-  launch_checks::require_not_null(kName, "x", x);
-  launch_checks::require_not_null(kName, "wte", wte);
-  launch_checks::require_not_null(kName, "logits", logits);
-  launch_checks::require_positive(kName, "rows", rows);
-  launch_checks::require_positive(kName, "C", C);
-  launch_checks::require_positive(kName, "V", V);
+  launch_checks::require_not_null(kName, {{"x", x}, {"wte", wte}, {"logits", logits}});
+  launch_checks::require_positive(kName, {{"rows", rows}, {"C", C}, {"V", V}});
   run(kName, x, wte, nullptr, logits, rows, C, V, /*transposed_weight=*/true, LinearEpilogue::kNone,
       stream);
 }

@@ -95,8 +95,8 @@ static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per 
 // Shapes: finished [B]; all_finished [1].
 // Grid:   one block; thread i checks rows i, i + kAllFinishedThreads, ... and
 //         __syncthreads_and combines the answers.
-__global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished,
-                                    int B, DecodePosition* cursor, int max_steps) {
+__global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished, int B,
+                                    DecodePosition* cursor, int max_steps) {
   bool mine = true;
   for (int b = threadIdx.x; b < B; b += kAllFinishedThreads) mine = mine && finished[b] != 0;
   const int every_row = __syncthreads_and(mine);
@@ -112,14 +112,12 @@ void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
                                  std::int32_t* finished, std::int32_t* all_finished,
                                  std::int32_t* output_tokens, int B, int V, int max_steps) {
   constexpr const char* kName = "launch_argmax_step";
-  launch_checks::require_not_null(kName, "logits", logits);
-  launch_checks::require_not_null(kName, "next_tokens", next_tokens);
-  launch_checks::require_not_null(kName, "finished", finished);
-  launch_checks::require_not_null(kName, "all_finished", all_finished);
-  launch_checks::require_not_null(kName, "output_tokens", output_tokens);
-  launch_checks::require_positive(kName, "B", B);
-  launch_checks::require_positive(kName, "V", V);
-  launch_checks::require_positive(kName, "max_steps", max_steps);
+  launch_checks::require_not_null(kName, {{"logits", logits},
+                                          {"next_tokens", next_tokens},
+                                          {"finished", finished},
+                                          {"all_finished", all_finished},
+                                          {"output_tokens", output_tokens}});
+  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
 }
 
 }  // namespace
@@ -131,9 +129,9 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
   check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
                               max_steps);
   if (step < 0 || step >= max_steps)
-    launch_checks::fail("launch_argmax_step", "step (" + std::to_string(step) +
-                                                  ") must lie in [0, " +
-                                                  std::to_string(max_steps) + ")");
+    launch_checks::fail(
+        "launch_argmax_step",
+        "step (" + std::to_string(step) + ") must lie in [0, " + std::to_string(max_steps) + ")");
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
       logits, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr, max_steps,
       eos_id);
@@ -152,8 +150,7 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
                               max_steps);
   launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps,
-      eos_id);
+      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps, eos_id);
   CUDA_CHECK_LAUNCH();
   all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, cursor,
                                                              max_steps);
