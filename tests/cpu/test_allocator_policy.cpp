@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <initializer_list>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -28,8 +29,10 @@
 #include "tests/support/allocator_checks.hpp"
 
 using namespace ladder;
+using Catch::Matchers::Contains;
 using ladder::testing::add_live_block;
 using ladder::testing::check_bookkeeping;
+using ladder::testing::check_out_of_memory;
 
 namespace {
 
@@ -162,12 +165,42 @@ class FakePageSource final : public PageSource {
   std::uintptr_t next_address_ = first_fake_address;
 };
 
-std::unique_ptr<CachingAllocator> make_fake_caching(FakeDevice& device) {
-  return std::make_unique<CachingAllocator>(std::make_unique<FakeSegmentSource>(device));
+// An Allocator (caching or expandable) whose memory comes from `device`.
+template <typename Allocator>
+std::unique_ptr<Allocator> make_fake_allocator(FakeDevice& device) {
+  if constexpr (std::is_same_v<Allocator, CachingAllocator>)
+    return std::make_unique<CachingAllocator>(std::make_unique<FakeSegmentSource>(device));
+  else
+    return std::make_unique<ExpandableAllocator>(std::make_unique<FakePageSource>(device));
 }
 
-std::unique_ptr<ExpandableAllocator> make_fake_expandable(FakeDevice& device) {
-  return std::make_unique<ExpandableAllocator>(std::make_unique<FakePageSource>(device));
+// Most tests' starting point (a Catch fixture): a fresh 64 GiB fake device, an
+// Allocator on it, and the stream to allocate on.
+template <typename Allocator>
+struct OnFakeDevice {
+  FakeDevice device;
+  std::unique_ptr<Allocator> allocator = make_fake_allocator<Allocator>(device);
+  const cudaStream_t stream = fake_stream(1);
+
+  // Starts over on a fresh device of `total_bytes`; a new allocator, since the
+  // expandable one sizes its address ranges by the device when it is made.
+  void use_device_of(std::size_t total_bytes) {
+    allocator.reset();
+    device = FakeDevice{};
+    device.total_bytes = total_bytes;
+    allocator = make_fake_allocator<Allocator>(device);
+  }
+  // Frees the blocks a test kept to its end.
+  void deallocate_all(std::initializer_list<void*> pointers) {
+    for (void* pointer : pointers) allocator->deallocate(pointer);
+  }
+};
+using CachingOnFakeDevice = OnFakeDevice<CachingAllocator>;
+using ExpandableOnFakeDevice = OnFakeDevice<ExpandableAllocator>;
+
+// Adds a segment of `bytes` at first_fake_address on stream 1, one free block.
+void add_free_segment(BlockPool& pool, std::size_t bytes, PoolKind pool_kind) {
+  pool.add_segment(first_fake_address, bytes, fake_stream(1), pool_kind, BlockState::free);
 }
 
 // The growing KV cache of chapter 02 on the real workload's sizes: batch 32, 12
@@ -196,7 +229,8 @@ AllocatorStats run_growing_kv_cache(DeviceAllocator& allocator, int max_length) 
 
 // ================================================================ shared policy
 
-TEST_CASE("requests round up to 512 bytes and pick a pool by size", "[allocator]") {
+TEST_CASE_METHOD(CachingOnFakeDevice, "requests round up to 512 bytes and pick a pool by size",
+                 "[allocator]") {
   CHECK(round_request(0) == 512);
   CHECK(round_request(1) == 512);
   CHECK(round_request(512) == 512);
@@ -206,30 +240,25 @@ TEST_CASE("requests round up to 512 bytes and pick a pool by size", "[allocator]
   CHECK(pool_for(round_request(mebibytes + 1)) == PoolKind::large);
   CHECK_THROWS_AS(round_request(~std::size_t{0}), DeviceOutOfMemory);
 
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  void* one_byte = allocator->allocate(1, fake_stream(1));
+  void* one_byte = allocator->allocate(1, stream);
   CHECK(allocator->stats().allocated_bytes == 512);
-  void* just_over = allocator->allocate(513, fake_stream(1));
+  void* just_over = allocator->allocate(513, stream);
   CHECK(allocator->stats().allocated_bytes == 512 + 1024);
-  allocator->deallocate(one_byte);
-  allocator->deallocate(just_over);
+  deallocate_all({one_byte, just_over});
   CHECK(allocator->stats().allocated_bytes == 0);
 }
 
 TEST_CASE("a large-pool rest is split off only when more than 1 MiB would remain", "[allocator]") {
   SECTION("caching: 1 MiB left stays with the block") {
     BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
-    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
-                     BlockState::free);
+    add_free_segment(pool, 20 * mebibytes, PoolKind::large);
     CHECK(pool.allocate(first_fake_address, 19 * mebibytes, BlockPlacement::low_end).size ==
           20 * mebibytes);
     CHECK(pool.all_blocks().size() == 1);
   }
   SECTION("caching: 1 MiB + 512 B left is split off") {
     BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
-    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
-                     BlockState::free);
+    add_free_segment(pool, 20 * mebibytes, PoolKind::large);
     const Block& block =
         pool.allocate(first_fake_address, 19 * mebibytes - 512, BlockPlacement::low_end);
     CHECK(block.size == 19 * mebibytes - 512);
@@ -239,8 +268,7 @@ TEST_CASE("a large-pool rest is split off only when more than 1 MiB would remain
   }
   SECTION("expandable: any rest of 512 B is split off") {
     BlockPool pool(LargeBlockSplitting::any_remainder);
-    pool.add_segment(first_fake_address, 20 * mebibytes, fake_stream(1), PoolKind::large,
-                     BlockState::free);
+    add_free_segment(pool, 20 * mebibytes, PoolKind::large);
     const Block& block =
         pool.allocate(first_fake_address, 20 * mebibytes - 512, BlockPlacement::high_end);
     CHECK(block.size == 20 * mebibytes - 512);
@@ -250,8 +278,7 @@ TEST_CASE("a large-pool rest is split off only when more than 1 MiB would remain
   }
   SECTION("small pool: a rest of 512 B is split off, in both allocators") {
     BlockPool pool(LargeBlockSplitting::remainder_above_one_mebibyte);
-    pool.add_segment(first_fake_address, 2 * mebibytes, fake_stream(1), PoolKind::small,
-                     BlockState::free);
+    add_free_segment(pool, 2 * mebibytes, PoolKind::small);
     CHECK(pool.allocate(first_fake_address, 2 * mebibytes - 512, BlockPlacement::low_end).size ==
           2 * mebibytes - 512);
     CHECK(pool.free_blocks().front().size == 512);
@@ -284,7 +311,7 @@ TEST_CASE("make_device_allocator names the choices when the name is unknown", "[
 
 // ================================================================ caching allocator
 
-TEST_CASE("caching: segment sizes follow PyTorch", "[allocator]") {
+TEST_CASE_METHOD(CachingOnFakeDevice, "caching: segment sizes follow PyTorch", "[allocator]") {
   CHECK(caching_segment_bytes(512) == 2 * mebibytes);
   CHECK(caching_segment_bytes(mebibytes) == 2 * mebibytes);
   CHECK(caching_segment_bytes(mebibytes + 512) == 20 * mebibytes);
@@ -293,9 +320,6 @@ TEST_CASE("caching: segment sizes follow PyTorch", "[allocator]") {
   CHECK(caching_segment_bytes(15 * mebibytes) == 16 * mebibytes);
   CHECK(caching_segment_bytes(200 * mebibytes + 1) == 202 * mebibytes);
 
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  const cudaStream_t stream = fake_stream(1);
   void* small = allocator->allocate(1000, stream);
   CHECK(allocator->stats().reserved_bytes == 2 * mebibytes);
   void* medium = allocator->allocate(5 * mebibytes, stream);
@@ -310,14 +334,11 @@ TEST_CASE("caching: segment sizes follow PyTorch", "[allocator]") {
   CHECK(allocator->stats().driver_allocations == 3);
   const std::vector<SegmentSnapshot> segments = allocator->memory_snapshot();
   REQUIRE(segments.size() == 3);
-  for (void* pointer : {small, medium, large, small_again, medium_again})
-    allocator->deallocate(pointer);
+  deallocate_all({small, medium, large, small_again, medium_again});
 }
 
-TEST_CASE("caching: best fit takes the smallest free block that fits", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(CachingOnFakeDevice, "caching: best fit takes the smallest free block that fits",
+                 "[allocator]") {
   // Free blocks of 64, 32 and 128 KiB with live separators between them, and the
   // free rest of the 2 MiB segment after them.
   void* block_64k = allocator->allocate(64 * kibibytes, stream);
@@ -338,14 +359,11 @@ TEST_CASE("caching: best fit takes the smallest free block that fits", "[allocat
   CHECK(fits_64k == block_64k);
   CHECK(allocator->stats().driver_allocations == 1);
 
-  for (void* pointer : {fits_32k, fits_128k, fits_64k, separator_1, separator_2, separator_3})
-    allocator->deallocate(pointer);
+  deallocate_all({fits_32k, fits_128k, fits_64k, separator_1, separator_2, separator_3});
 }
 
-TEST_CASE("caching: equal free blocks are taken lowest address first", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(CachingOnFakeDevice, "caching: equal free blocks are taken lowest address first",
+                 "[allocator]") {
   void* first = allocator->allocate(4 * kibibytes, stream);
   void* separator_1 = allocator->allocate(512, stream);
   void* second = allocator->allocate(4 * kibibytes, stream);
@@ -354,13 +372,11 @@ TEST_CASE("caching: equal free blocks are taken lowest address first", "[allocat
   allocator->deallocate(first);
   void* taken = allocator->allocate(4 * kibibytes, stream);
   CHECK(taken == first);
-  for (void* pointer : {taken, separator_1, separator_2}) allocator->deallocate(pointer);
+  deallocate_all({taken, separator_1, separator_2});
 }
 
-TEST_CASE("caching: freed neighbours merge back into the whole segment", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(CachingOnFakeDevice, "caching: freed neighbours merge back into the whole segment",
+                 "[allocator]") {
   void* left = allocator->allocate(100 * kibibytes, stream);
   void* middle = allocator->allocate(200 * kibibytes, stream);
   void* right = allocator->allocate(300 * kibibytes, stream);
@@ -379,9 +395,9 @@ TEST_CASE("caching: freed neighbours merge back into the whole segment", "[alloc
   allocator->deallocate(whole);
 }
 
-TEST_CASE("caching: a block freed on one stream is reused only on that stream", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
+TEST_CASE_METHOD(CachingOnFakeDevice,
+                 "caching: a block freed on one stream is reused only on that stream",
+                 "[allocator]") {
   const cudaStream_t stream_a = fake_stream(1);
   const cudaStream_t stream_b = fake_stream(2);
   void* on_a = allocator->allocate(8 * kibibytes, stream_a);
@@ -391,14 +407,10 @@ TEST_CASE("caching: a block freed on one stream is reused only on that stream", 
   CHECK(allocator->stats().reserved_bytes == 4 * mebibytes);  // a segment per stream
   void* on_a_again = allocator->allocate(8 * kibibytes, stream_a);
   CHECK(on_a_again == on_a);
-  allocator->deallocate(on_b);
-  allocator->deallocate(on_a_again);
+  deallocate_all({on_b, on_a_again});
 }
 
-TEST_CASE("caching: statistics, peaks and counters", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_caching(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(CachingOnFakeDevice, "caching: statistics, peaks and counters", "[allocator]") {
   void* first = allocator->allocate(3 * mebibytes, stream);    // 20 MiB segment
   void* second = allocator->allocate(30 * mebibytes, stream);  // its own 30 MiB segment
   AllocatorStats stats = allocator->stats();
@@ -435,13 +447,11 @@ TEST_CASE("caching: statistics, peaks and counters", "[allocator]") {
   CHECK(AllocatorStats{}.fragmentation() == 0.0);
 }
 
-TEST_CASE("caching: when the driver is out of memory, free segments go back and it retries",
-          "[allocator]") {
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(CachingOnFakeDevice,
+                 "caching: when the driver is out of memory, free segments go back and it retries",
+                 "[allocator]") {
   SECTION("the device is full of cached segments") {
-    FakeDevice device;
-    device.total_bytes = 64 * mebibytes;
-    auto allocator = make_fake_caching(device);
+    use_device_of(64 * mebibytes);
     allocator->deallocate(allocator->allocate(40 * mebibytes, stream));
     void* next = allocator->allocate(50 * mebibytes, stream);  // 40 + 50 > 64: retry needed
     CHECK(allocator->stats().reserved_bytes == 50 * mebibytes);
@@ -449,66 +459,48 @@ TEST_CASE("caching: when the driver is out of memory, free segments go back and 
     allocator->deallocate(next);
   }
   SECTION("the driver fails once") {
-    FakeDevice device;
-    auto allocator = make_fake_caching(device);
     allocator->deallocate(allocator->allocate(5 * mebibytes, stream));
     void* kept = allocator->allocate(mebibytes / 2, stream);  // a live small segment stays
     device.scripted_answers = {false};
     void* next = allocator->allocate(30 * mebibytes, stream);
     CHECK(allocator->stats().reserved_bytes == 32 * mebibytes);  // 2 MiB small + 30 MiB
     CHECK(device.synchronizations == 1);
-    allocator->deallocate(next);
-    allocator->deallocate(kept);
+    deallocate_all({next, kept});
   }
   SECTION("the driver always fails") {
-    FakeDevice device;
-    auto allocator = make_fake_caching(device);
     void* kept = allocator->allocate(mebibytes / 2, stream);
     device.always_fail = true;
     const std::size_t asked = 123456789;
-    try {
-      allocator->allocate(asked, stream);
-      FAIL("allocate() should have thrown DeviceOutOfMemory");
-    } catch (const DeviceOutOfMemory& error) {
-      const std::string message = error.what();
-      INFO(message);
-      CHECK(message.find("out of device memory: asked for " +
-                         format_bytes(static_cast<double>(asked))) != std::string::npos);
-      CHECK(message.find("rounded to " + format_bytes(static_cast<double>(round_request(asked)))) !=
-            std::string::npos);
-      CHECK(message.find("allocator holds 2.00 MiB reserved, 512.00 KiB allocated") !=
-            std::string::npos);
-      CHECK(message.find("GPU has") != std::string::npos);
-    }
+    const std::string message = check_out_of_memory(*allocator, asked, stream);
+    CHECK_THAT(message,
+               Contains("rounded to " + format_bytes(static_cast<double>(round_request(asked)))));
+    CHECK_THAT(message, Contains("allocator holds 2.00 MiB reserved, 512.00 KiB allocated"));
+    CHECK_THAT(message, Contains("GPU has"));
     CHECK(allocator->stats().allocated_bytes == mebibytes / 2);
     allocator->deallocate(kept);
   }
 }
 
-TEST_CASE("caching: teardown returns every segment, and bad frees are refused", "[allocator]") {
-  FakeDevice device;
-  {
-    auto allocator = make_fake_caching(device);
-    void* pointer = allocator->allocate(50 * mebibytes, fake_stream(1));
-    allocator->deallocate(allocator->allocate(100, fake_stream(2)));
-    allocator->deallocate(pointer);
-    CHECK_THROWS_AS(allocator->deallocate(pointer), std::invalid_argument);
-    CHECK_NOTHROW(allocator->deallocate(nullptr));
-    CHECK(device.segments.size() == 2);
-  }
+TEST_CASE_METHOD(CachingOnFakeDevice,
+                 "caching: teardown returns every segment, and bad frees are refused",
+                 "[allocator]") {
+  void* pointer = allocator->allocate(50 * mebibytes, stream);
+  allocator->deallocate(allocator->allocate(100, fake_stream(2)));
+  allocator->deallocate(pointer);
+  CHECK_THROWS_AS(allocator->deallocate(pointer), std::invalid_argument);
+  CHECK_NOTHROW(allocator->deallocate(nullptr));
+  CHECK(device.segments.size() == 2);
+  allocator.reset();  // torn down with both segments cached
   CHECK(device.segments.empty());
   CHECK(device.held_bytes == 0);
 }
 
 // ================================================================ expandable allocator
 
-TEST_CASE("expandable: a segment reserves addresses and maps pages only as blocks need them",
-          "[allocator]") {
-  FakeDevice device;
-  device.total_bytes = 80 * gibibytes;
-  auto allocator = make_fake_expandable(device);
-  const cudaStream_t stream = fake_stream(1);
-
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: a segment reserves addresses and maps pages only as blocks need them",
+                 "[allocator]") {
+  use_device_of(80 * gibibytes);
   void* first = allocator->allocate(5 * mebibytes, stream);
   REQUIRE(device.ranges.size() == 1);
   CHECK(device.ranges.begin()->second == 80 * gibibytes);     // the large pool: the whole device
@@ -534,27 +526,23 @@ TEST_CASE("expandable: a segment reserves addresses and maps pages only as block
   void* reuse = allocator->allocate(4 * mebibytes, stream);
   CHECK(address_of(reuse) == address_of(first) + mebibytes);
   CHECK(allocator->stats().driver_allocations == 6);
-  for (void* pointer : {second, small, reuse}) allocator->deallocate(pointer);
+  deallocate_all({second, small, reuse});
 }
 
-TEST_CASE("expandable: the free block before the end grows into new pages", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_expandable(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: the free block before the end grows into new pages", "[allocator]") {
   void* head = allocator->allocate(3 * mebibytes, stream);  // pages 0-1; 1 MiB free after
   void* tail = allocator->allocate(2 * mebibytes, stream);  // 1 MiB free + page 2
   allocator->deallocate(tail);                              // [3 MiB, 6 MiB) free
   void* bigger = allocator->allocate(5 * mebibytes, stream);
   CHECK(address_of(bigger) == address_of(head) + 3 * mebibytes);
   CHECK(allocator->stats().reserved_bytes == 8 * mebibytes);
-  allocator->deallocate(bigger);
-  allocator->deallocate(head);
+  deallocate_all({bigger, head});
 }
 
-TEST_CASE("expandable: empty_cache unmaps whole free pages, in the middle too", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_expandable(device);
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: empty_cache unmaps whole free pages, in the middle too",
+                 "[allocator]") {
   void* left = allocator->allocate(6 * mebibytes, stream);
   void* middle = allocator->allocate(6 * mebibytes, stream);
   void* right = allocator->allocate(5 * mebibytes, stream);  // 1 MiB of its last page free
@@ -576,34 +564,30 @@ TEST_CASE("expandable: empty_cache unmaps whole free pages, in the middle too", 
                                  {address_of(refill), 6 * mebibytes},
                                  {address_of(right), 5 * mebibytes}});
 
-  for (void* pointer : {left, refill, right}) allocator->deallocate(pointer);
+  deallocate_all({left, refill, right});
   allocator->empty_cache();
   CHECK(allocator->stats().reserved_bytes == 0);
   CHECK(device.mapped_pages.empty());
   CHECK(device.ranges.empty());  // an empty segment gives its addresses back too
 }
 
-TEST_CASE("expandable: each stream grows its own segment", "[allocator]") {
-  FakeDevice device;
-  auto allocator = make_fake_expandable(device);
-  void* on_a = allocator->allocate(3 * mebibytes, fake_stream(1));
+TEST_CASE_METHOD(ExpandableOnFakeDevice, "expandable: each stream grows its own segment",
+                 "[allocator]") {
+  void* on_a = allocator->allocate(3 * mebibytes, stream);
   allocator->deallocate(on_a);
   void* on_b = allocator->allocate(3 * mebibytes, fake_stream(2));
   CHECK(device.ranges.size() == 2);
   CHECK(on_b != on_a);
-  void* on_a_again = allocator->allocate(3 * mebibytes, fake_stream(1));
+  void* on_a_again = allocator->allocate(3 * mebibytes, stream);
   CHECK(address_of(on_a_again) == address_of(on_a) + mebibytes);  // high end of the free 4 MiB
   CHECK(device.ranges.size() == 2);
-  allocator->deallocate(on_b);
-  allocator->deallocate(on_a_again);
+  deallocate_all({on_b, on_a_again});
 }
 
-TEST_CASE("expandable: out of memory releases free pages and retries once", "[allocator]") {
-  const cudaStream_t stream = fake_stream(1);
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: out of memory releases free pages and retries once", "[allocator]") {
   SECTION("the device is full of cached pages") {
-    FakeDevice device;
-    device.total_bytes = 64 * mebibytes;
-    auto allocator = make_fake_expandable(device);
+    use_device_of(64 * mebibytes);
     allocator->deallocate(allocator->allocate(40 * mebibytes, stream));
     void* other_stream = allocator->allocate(30 * mebibytes, fake_stream(2));
     CHECK(allocator->stats().reserved_bytes == 30 * mebibytes);
@@ -611,8 +595,6 @@ TEST_CASE("expandable: out of memory releases free pages and retries once", "[al
     allocator->deallocate(other_stream);
   }
   SECTION("mapping fails once") {
-    FakeDevice device;
-    auto allocator = make_fake_expandable(device);
     void* kept = allocator->allocate(3 * mebibytes, stream);
     device.scripted_answers = {false};
     void* next = allocator->allocate(10 * mebibytes, stream);
@@ -620,12 +602,9 @@ TEST_CASE("expandable: out of memory releases free pages and retries once", "[al
     CHECK(device.synchronizations == 1);
     check_bookkeeping(*allocator,
                       {{address_of(kept), 3 * mebibytes}, {address_of(next), 10 * mebibytes}});
-    allocator->deallocate(next);
-    allocator->deallocate(kept);
+    deallocate_all({next, kept});
   }
   SECTION("a run of two stretches maps the first, fails on the second, and undoes the first") {
-    FakeDevice device;
-    auto allocator = make_fake_expandable(device);
     void* kept = allocator->allocate(6 * mebibytes, stream);    // [0, 6) MiB
     void* middle = allocator->allocate(6 * mebibytes, stream);  // [6, 12)
     void* cached = allocator->allocate(5 * mebibytes, stream);  // [12, 17), [17, 18) free
@@ -645,46 +624,29 @@ TEST_CASE("expandable: out of memory releases free pages and retries once", "[al
     allocator->deallocate(kept);
   }
   SECTION("mapping always fails") {
-    FakeDevice device;
-    auto allocator = make_fake_expandable(device);
     void* kept = allocator->allocate(3 * mebibytes, stream);
     device.always_fail = true;
-    const std::size_t asked = 7 * mebibytes + 3;
-    try {
-      allocator->allocate(asked, stream);
-      FAIL("allocate() should have thrown DeviceOutOfMemory");
-    } catch (const DeviceOutOfMemory& error) {
-      const std::string message = error.what();
-      INFO(message);
-      CHECK(message.find("asked for " + format_bytes(static_cast<double>(asked))) !=
-            std::string::npos);
-      CHECK(message.find("allocator holds 4.00 MiB reserved, 3.00 MiB allocated") !=
-            std::string::npos);
-    }
+    const std::string message = check_out_of_memory(*allocator, 7 * mebibytes + 3, stream);
+    CHECK_THAT(message, Contains("allocator holds 4.00 MiB reserved, 3.00 MiB allocated"));
     check_bookkeeping(*allocator, {{address_of(kept), 3 * mebibytes}});
     allocator->deallocate(kept);
   }
   SECTION("a request larger than the device fails at once and reserves nothing") {
-    FakeDevice device;
-    auto allocator = make_fake_expandable(device);
     CHECK_THROWS_AS(allocator->allocate(4 * device.total_bytes, stream), DeviceOutOfMemory);
     CHECK(device.ranges.empty());
     CHECK(allocator->stats().reserved_bytes == 0);
   }
 }
 
-TEST_CASE("expandable: teardown unmaps every page and frees every range", "[allocator]") {
-  FakeDevice device;
-  {
-    auto allocator = make_fake_expandable(device);
-    void* large = allocator->allocate(50 * mebibytes, fake_stream(1));
-    void* small = allocator->allocate(100, fake_stream(2));
-    allocator->deallocate(allocator->allocate(7 * mebibytes, fake_stream(1)));
-    allocator->deallocate(large);
-    allocator->deallocate(small);
-    CHECK(device.ranges.size() == 2);
-    CHECK(!device.mapped_pages.empty());
-  }
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: teardown unmaps every page and frees every range", "[allocator]") {
+  void* large = allocator->allocate(50 * mebibytes, stream);
+  void* small = allocator->allocate(100, fake_stream(2));
+  allocator->deallocate(allocator->allocate(7 * mebibytes, stream));
+  deallocate_all({large, small});
+  CHECK(device.ranges.size() == 2);
+  CHECK(!device.mapped_pages.empty());
+  allocator.reset();  // torn down with every page cached
   CHECK(device.mapped_pages.empty());
   CHECK(device.ranges.empty());
   CHECK(device.held_bytes == 0);
@@ -696,11 +658,7 @@ TEMPLATE_TEST_CASE("random allocate and free keeps blocks apart and the books st
                    "[allocator]", CachingAllocator, ExpandableAllocator) {
   FakeDevice device;
   device.total_bytes = 2 * gibibytes;  // small enough to run out now and then
-  std::unique_ptr<TestType> allocator;
-  if constexpr (std::is_same_v<TestType, CachingAllocator>)
-    allocator = make_fake_caching(device);
-  else
-    allocator = make_fake_expandable(device);
+  std::unique_ptr<TestType> allocator = make_fake_allocator<TestType>(device);
 
   std::mt19937_64 random(20240611);
   // Sizes spread evenly in log space, from 1 byte to 200 MiB.
@@ -769,8 +727,10 @@ TEST_CASE("a growing KV cache fragments the caching allocator, not the expandabl
           "[allocator]") {
   FakeDevice device;
   device.total_bytes = 140 * gibibytes;
-  const AllocatorStats caching = run_growing_kv_cache(*make_fake_caching(device), 400);
-  const AllocatorStats expandable = run_growing_kv_cache(*make_fake_expandable(device), 400);
+  const AllocatorStats caching =
+      run_growing_kv_cache(*make_fake_allocator<CachingAllocator>(device), 400);
+  const AllocatorStats expandable =
+      run_growing_kv_cache(*make_fake_allocator<ExpandableAllocator>(device), 400);
   std::printf(
       "growing KV cache, N = 400: caching %s reserved / %s allocated at peak (%.1f%% "
       "fragmentation); expandable %s / %s (%.1f%%)\n",

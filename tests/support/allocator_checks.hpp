@@ -1,10 +1,12 @@
-// tests/support/allocator_checks.hpp - the bookkeeping checks both allocator test suites use.
+// tests/support/allocator_checks.hpp - the checks both allocator test suites use.
 //
 // The CPU tests (fake sources) and the GPU tests (the real driver) keep a map of the
 // blocks they believe are live, address -> bytes asked for, and hold the allocator to it:
 //   std::map<std::uintptr_t, std::size_t> live;
 //   testing::add_live_block(live, allocator.allocate(bytes, stream), bytes);
 //   testing::check_bookkeeping(allocator, live);
+// and both check what a failed request says:
+//   const std::string message = testing::check_out_of_memory(allocator, bytes, stream);
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "common/block_pool.hpp"
+#include "common/cuda_check.hpp"
 
 namespace ladder::testing {
 
@@ -76,6 +79,22 @@ std::size_t check_bookkeeping(const Allocator& allocator,
   REQUIRE(stats.peak_allocated_bytes >= allocated_bytes);
   REQUIRE(stats.peak_reserved_bytes >= backed_bytes);
   return backed_bytes;
+}
+
+/// Checks that allocator.allocate(bytes, stream) throws DeviceOutOfMemory whose message
+/// says "out of device memory: asked for <bytes>". Returns the message for further checks.
+template <typename Allocator>
+std::string check_out_of_memory(Allocator& allocator, std::size_t bytes, cudaStream_t stream) {
+  try {
+    allocator.allocate(bytes, stream);
+  } catch (const DeviceOutOfMemory& error) {
+    const std::string message = error.what();
+    CHECK_THAT(message, Catch::Matchers::Contains("out of device memory: asked for " +
+                                                  format_bytes(static_cast<double>(bytes))));
+    return message;
+  }
+  FAIL("allocate() should have thrown DeviceOutOfMemory");
+  return {};
 }
 
 }  // namespace ladder::testing
