@@ -1,6 +1,7 @@
 // tests/gpu/device_test_helpers.hpp - small tools for GPU tests: an RAII device array
-// (upload, download, poison), an RAII stream, fresh random inputs with a reproducible
-// seed, and a comparison that cannot be fooled by NaN.
+// (upload, download, poison) and its deliberately unaligned twin, an RAII stream, a launch
+// into a poisoned output, fresh random inputs with a reproducible seed, and a comparison
+// that cannot be fooled by NaN.
 //
 // Typical use:
 //   LADDER_SEEDED_RNG(rng);             // std::mt19937 rng, its seed reported on failure
@@ -10,6 +11,10 @@
 //   launch_something(x.get(), out.get(), ..., stream.get());
 //   stream.synchronize();
 //   REQUIRE(test::checked_relative_error(out.download(), expected) <= 1e-5);
+// or, the same in one call:
+//   const std::vector<float> result = test::launch_into_poisoned(n, stream, [&](float* out) {
+//     launch_something(x.get(), out, ..., stream.get());
+//   });
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,6 +97,42 @@ class DeviceArray {
   std::size_t count_ = 0;
 };
 
+/// `count` elements of T that start one element past cudaMalloc's 256-byte alignment, so
+/// they are only sizeof(T)-aligned: a kernel must take its scalar path (float4 reads would
+/// fault). The element in front is allocated too, so a write before the array shows.
+template <typename T>
+class UnalignedDeviceArray {
+ public:
+  explicit UnalignedDeviceArray(std::size_t count) : storage_(count + 1) {}
+  /// A device copy of `host`, with T{} in the element in front.
+  explicit UnalignedDeviceArray(const std::vector<T>& host) : storage_(behind_one_element(host)) {}
+
+  T* get() const { return storage_.get() + 1; }
+
+  /// The array's contents, the element in front left out (synchronizes like DeviceArray).
+  std::vector<T> download() const {
+    std::vector<T> host = storage_.download();
+    host.erase(host.begin());
+    return host;
+  }
+
+  /// The element just before get(): what construction or poison() put there, unless a
+  /// kernel wrote out of bounds.
+  T element_in_front() const { return storage_.download().front(); }
+
+  /// Poisons the array and the element in front (see DeviceArray::poison).
+  void poison() { storage_.poison(); }
+
+ private:
+  static std::vector<T> behind_one_element(const std::vector<T>& host) {
+    std::vector<T> padded(host.size() + 1);
+    std::copy(host.begin(), host.end(), padded.begin() + 1);
+    return padded;
+  }
+
+  DeviceArray<T> storage_;
+};
+
 /// A CUDA stream (blocking with respect to the legacy default stream), destroyed
 /// when this goes out of scope.
 class DeviceStream {
@@ -110,6 +151,19 @@ class DeviceStream {
  private:
   cudaStream_t stream_ = nullptr;
 };
+
+/// Runs `launch(out)` with `out` a fresh device array of `count` floats, poisoned first,
+/// waits for `stream` (reporting an asynchronous kernel error) and returns what `out` holds:
+/// every element the launch failed to write reads NaN, which checked_relative_error rejects.
+template <typename Launch>
+std::vector<float> launch_into_poisoned(std::size_t count, const DeviceStream& stream,
+                                        Launch&& launch) {
+  DeviceArray<float> out(count);
+  out.poison();
+  launch(out.get());
+  stream.synchronize();
+  return out.download();
+}
 
 /// A device-resident decode cursor {step, position}, as the decode loop keeps it.
 inline DeviceArray<DecodePosition> device_cursor(int step, int position) {

@@ -22,8 +22,9 @@ constexpr int kPositions = 300;
 /// device, each stored `offset` floats into its buffer (offset 1: one float past a
 /// 16-byte boundary, so C % 4 == 0 but float4 reads would fault).
 struct EmbeddingTables {
-  EmbeddingTables(std::mt19937& rng, int C, int floats_in_front)
-      : offset(floats_in_front),
+  EmbeddingTables(std::mt19937& rng, int channels, int floats_in_front)
+      : C(channels),
+        offset(floats_in_front),
         wte(test::random_uniform(rng, std::size_t{kVocab} * C + offset, -1.0f, 1.0f)),
         wpe(test::random_uniform(rng, std::size_t{kPositions} * C + offset, -1.0f, 1.0f)),
         wte_device(wte),
@@ -32,21 +33,65 @@ struct EmbeddingTables {
   const float* device_wte() const { return wte_device.get() + offset; }
   const float* device_wpe() const { return wpe_device.get() + offset; }
 
-  /// reference::embedding of `rows` tokens at `positions` with these tables.
+  /// reference::embedding of `tokens`, token r at positions[r], with these tables.
   std::vector<float> expected(const std::vector<std::int32_t>& tokens,
-                              const std::vector<std::int32_t>& positions, int rows, int C) const {
+                              const std::vector<std::int32_t>& positions) const {
+    const int rows = static_cast<int>(tokens.size());
     std::vector<float> result(static_cast<std::size_t>(rows) * C);
     reference::embedding(tokens.data(), positions.data(), wte.data() + offset, wpe.data() + offset,
                          result.data(), rows, C);
     return result;
   }
 
+  int C;
   int offset;
   std::vector<float> wte;
   std::vector<float> wpe;
   test::DeviceArray<float> wte_device;
   test::DeviceArray<float> wpe_device;
 };
+
+/// n token ids drawn uniformly from the vocabulary.
+std::vector<std::int32_t> random_tokens(std::mt19937& rng, int n) {
+  return test::random_ints(rng, n, 0, kVocab - 1);
+}
+
+/// Checks an embedding output against the reference to the bit: one fp32 addition per
+/// element on both sides, so the results must be identical.
+void check_embedding(const std::vector<float>& out, const EmbeddingTables& tables,
+                     const std::vector<std::int32_t>& tokens,
+                     const std::vector<std::int32_t>& positions) {
+  CHECK(test::checked_relative_error(out, tables.expected(tokens, positions)) == 0.0);
+}
+
+/// Checks launch_embedding on `rows` fresh random tokens at fresh random positions.
+void check_launch_embedding(std::mt19937& rng, const test::DeviceStream& stream,
+                            const EmbeddingTables& tables, int rows) {
+  const std::vector<std::int32_t> tokens = random_tokens(rng, rows);
+  const std::vector<std::int32_t> positions = test::random_ints(rng, rows, 0, kPositions - 1);
+  const test::DeviceArray<std::int32_t> tokens_device(tokens);
+  const test::DeviceArray<std::int32_t> positions_device(positions);
+  const std::vector<float> out = test::launch_into_poisoned(
+      static_cast<std::size_t>(rows) * tables.C, stream, [&](float* embedded) {
+        launch_embedding(tokens_device.get(), positions_device.get(), tables.device_wte(),
+                         tables.device_wpe(), embedded, rows, tables.C, stream.get());
+      });
+  check_embedding(out, tables, tokens, positions);
+}
+
+/// Checks launch_embedding_at_cursor on B fresh random tokens, the cursor at {step, position}.
+void check_embedding_at_cursor(std::mt19937& rng, const test::DeviceStream& stream,
+                               const EmbeddingTables& tables, int B, int step, int position) {
+  const std::vector<std::int32_t> tokens = random_tokens(rng, B);
+  const test::DeviceArray<std::int32_t> tokens_device(tokens);
+  const test::DeviceArray<DecodePosition> cursor = test::device_cursor(step, position);
+  const std::vector<float> out = test::launch_into_poisoned(
+      static_cast<std::size_t>(B) * tables.C, stream, [&](float* embedded) {
+        launch_embedding_at_cursor(tokens_device.get(), cursor.get(), tables.device_wte(),
+                                   tables.device_wpe(), embedded, B, tables.C, stream.get());
+      });
+  check_embedding(out, tables, tokens, std::vector<std::int32_t>(B, position));
+}
 
 TEST_CASE("launch_embedding matches the reference", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
@@ -56,20 +101,7 @@ TEST_CASE("launch_embedding matches the reference", "[kernels]") {
     const EmbeddingTables tables(rng, C, /*floats_in_front=*/0);
     for (const int rows : {1, 3, 37}) {
       CAPTURE(rows, C);
-      const std::vector<std::int32_t> tokens = test::random_ints(rng, rows, 0, kVocab - 1);
-      const std::vector<std::int32_t> positions = test::random_ints(rng, rows, 0, kPositions - 1);
-      const test::DeviceArray<std::int32_t> tokens_device(tokens);
-      const test::DeviceArray<std::int32_t> positions_device(positions);
-      test::DeviceArray<float> out(static_cast<std::size_t>(rows) * C);
-      out.poison();
-
-      launch_embedding(tokens_device.get(), positions_device.get(), tables.device_wte(),
-                       tables.device_wpe(), out.get(), rows, C, stream.get());
-      stream.synchronize();
-
-      const std::vector<float> expected = tables.expected(tokens, positions, rows, C);
-      // One fp32 addition per element on both sides: the results must be identical.
-      CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+      check_launch_embedding(rng, stream, tables, rows);
     }
   }
 }
@@ -77,23 +109,9 @@ TEST_CASE("launch_embedding matches the reference", "[kernels]") {
 TEST_CASE("launch_embedding takes the scalar path for unaligned tables", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
-  const int rows = 5;
-  const int C = 64;
   // Tables one float past a 16-byte boundary: C % 4 == 0 but float4 reads would fault.
-  const EmbeddingTables tables(rng, C, /*floats_in_front=*/1);
-  const std::vector<std::int32_t> tokens = test::random_ints(rng, rows, 0, kVocab - 1);
-  const std::vector<std::int32_t> positions = test::random_ints(rng, rows, 0, kPositions - 1);
-  const test::DeviceArray<std::int32_t> tokens_device(tokens);
-  const test::DeviceArray<std::int32_t> positions_device(positions);
-  test::DeviceArray<float> out(static_cast<std::size_t>(rows) * C);
-  out.poison();
-
-  launch_embedding(tokens_device.get(), positions_device.get(), tables.device_wte(),
-                   tables.device_wpe(), out.get(), rows, C, stream.get());
-  stream.synchronize();
-
-  const std::vector<float> expected = tables.expected(tokens, positions, rows, C);
-  CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+  const EmbeddingTables tables(rng, /*channels=*/64, /*floats_in_front=*/1);
+  check_launch_embedding(rng, stream, tables, /*rows=*/5);
 }
 
 TEST_CASE("launch_sequence_embedding places token t at first_position + t", "[kernels]") {
@@ -107,19 +125,18 @@ TEST_CASE("launch_sequence_embedding places token t at first_position + t", "[ke
         for (const int first_position : {0, 7}) {
           CAPTURE(B, T, first_position, C);
           const int rows = B * T;
-          const std::vector<std::int32_t> tokens = test::random_ints(rng, rows, 0, kVocab - 1);
+          const std::vector<std::int32_t> tokens = random_tokens(rng, rows);
           const test::DeviceArray<std::int32_t> tokens_device(tokens);
-          test::DeviceArray<float> out(static_cast<std::size_t>(rows) * C);
-          out.poison();
-
-          launch_sequence_embedding(tokens_device.get(), tables.device_wte(), tables.device_wpe(),
-                                    out.get(), B, T, first_position, C, stream.get());
-          stream.synchronize();
+          const std::vector<float> out = test::launch_into_poisoned(
+              static_cast<std::size_t>(rows) * C, stream, [&](float* embedded) {
+                launch_sequence_embedding(tokens_device.get(), tables.device_wte(),
+                                          tables.device_wpe(), embedded, B, T, first_position, C,
+                                          stream.get());
+              });
 
           std::vector<std::int32_t> positions(rows);
           for (int r = 0; r < rows; ++r) positions[r] = first_position + r % T;
-          const std::vector<float> expected = tables.expected(tokens, positions, rows, C);
-          CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+          check_embedding(out, tables, tokens, positions);
         }
       }
     }
@@ -135,20 +152,8 @@ TEST_CASE("launch_embedding_at_cursor reads the position from device memory", "[
     for (const int B : {1, 3, 32}) {
       for (const int position : {0, 1, kPositions - 1}) {
         CAPTURE(B, position, C);
-        const std::vector<std::int32_t> tokens = test::random_ints(rng, B, 0, kVocab - 1);
-        const test::DeviceArray<std::int32_t> tokens_device(tokens);
         // The step counter is not the position (a prompt may precede the first step).
-        const test::DeviceArray<DecodePosition> cursor = test::device_cursor(/*step=*/3, position);
-        test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
-        out.poison();
-
-        launch_embedding_at_cursor(tokens_device.get(), cursor.get(), tables.device_wte(),
-                                   tables.device_wpe(), out.get(), B, C, stream.get());
-        stream.synchronize();
-
-        const std::vector<std::int32_t> positions(B, position);
-        const std::vector<float> expected = tables.expected(tokens, positions, B, C);
-        CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+        check_embedding_at_cursor(rng, stream, tables, B, /*step=*/3, position);
       }
     }
   }
@@ -157,23 +162,8 @@ TEST_CASE("launch_embedding_at_cursor reads the position from device memory", "[
 TEST_CASE("launch_embedding_at_cursor takes the scalar path for unaligned tables", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
-  const int B = 3;
-  const int C = 64;
-  const int position = 17;
-  const EmbeddingTables tables(rng, C, /*floats_in_front=*/1);
-  const std::vector<std::int32_t> tokens = test::random_ints(rng, B, 0, kVocab - 1);
-  const test::DeviceArray<std::int32_t> tokens_device(tokens);
-  const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
-  test::DeviceArray<float> out(static_cast<std::size_t>(B) * C);
-  out.poison();
-
-  launch_embedding_at_cursor(tokens_device.get(), cursor.get(), tables.device_wte(),
-                             tables.device_wpe(), out.get(), B, C, stream.get());
-  stream.synchronize();
-
-  const std::vector<std::int32_t> positions(B, position);
-  const std::vector<float> expected = tables.expected(tokens, positions, B, C);
-  CHECK(test::checked_relative_error(out.download(), expected) == 0.0);
+  const EmbeddingTables tables(rng, /*channels=*/64, /*floats_in_front=*/1);
+  check_embedding_at_cursor(rng, stream, tables, /*B=*/3, /*step=*/0, /*position=*/17);
 }
 
 TEST_CASE("embedding launchers reject bad arguments", "[kernels]") {

@@ -2,7 +2,6 @@
 // reference::add + reference::layernorm for the fused residual variant).
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,30 +29,56 @@ std::vector<float> offset_rows(std::mt19937& rng, int rows, int C) {
   return x;
 }
 
+/// LayerNorm's weight [C] in [0.5, 1.5) and bias [C] in [-0.5, 0.5), on the host and on the
+/// device, and what the CPU reference makes of them.
+struct LayernormParameters {
+  LayernormParameters(std::mt19937& rng, int channels)
+      : C(channels),
+        weight(test::random_uniform(rng, C, 0.5f, 1.5f)),
+        bias(test::random_uniform(rng, C, -0.5f, 0.5f)),
+        weight_device(weight),
+        bias_device(bias) {}
+
+  /// reference::layernorm of x [rows, C].
+  std::vector<float> expected(const std::vector<float>& x) const {
+    std::vector<float> out(x.size());
+    reference::layernorm(x.data(), weight.data(), bias.data(), out.data(),
+                         static_cast<int>(x.size()) / C, C, kEps);
+    return out;
+  }
+
+  /// The unfused pair on the CPU: residual += x (fp32, as the kernel), then LayerNorm of
+  /// the new residual.
+  std::vector<float> expected_after_residual_add(std::vector<float>& residual,
+                                                 const std::vector<float>& x) const {
+    reference::add(residual.data(), x.data(), residual.data(), residual.size());
+    return expected(residual);
+  }
+
+  int C;
+  std::vector<float> weight;
+  std::vector<float> bias;
+  test::DeviceArray<float> weight_device;
+  test::DeviceArray<float> bias_device;
+};
+
 TEST_CASE("launch_layernorm matches the reference", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
 
   // Every instantiation: packed rows of 1 and 2 packs a thread, scalar rows of 1 to 8.
   for (const int C : {64, 100, 768, 3, 515, 1025, 1600, kMaxLayernormC}) {
-    const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
-    const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
-    const test::DeviceArray<float> weight_device(weight);
-    const test::DeviceArray<float> bias_device(bias);
+    const LayernormParameters parameters(rng, C);
     for (const int rows : {1, 3, 37}) {
       CAPTURE(rows, C);
       const std::vector<float> x = offset_rows(rng, rows, C);
       const test::DeviceArray<float> x_device(x);
-      test::DeviceArray<float> out(x.size());
-      out.poison();
-
-      launch_layernorm(x_device.get(), weight_device.get(), bias_device.get(), out.get(), rows, C,
-                       kEps, stream.get());
-      stream.synchronize();
-
-      std::vector<float> expected(x.size());
-      reference::layernorm(x.data(), weight.data(), bias.data(), expected.data(), rows, C, kEps);
-      CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+      const std::vector<float> out =
+          test::launch_into_poisoned(x.size(), stream, [&](float* normalized) {
+            launch_layernorm(x_device.get(), parameters.weight_device.get(),
+                             parameters.bias_device.get(), normalized, rows, C, kEps, stream.get());
+          });
+      CHECK(test::checked_relative_error(out, parameters.expected(x)) <= kTolerance);
     }
   }
 }
@@ -63,47 +88,30 @@ TEST_CASE("launch_layernorm works in place and on unaligned rows", "[kernels]") 
   test::DeviceStream stream;
   const int rows = 37;
   const int C = 768;
-  const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
-  const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
-  const test::DeviceArray<float> weight_device(weight);
-  const test::DeviceArray<float> bias_device(bias);
+  const LayernormParameters parameters(rng, C);
   const std::vector<float> x = offset_rows(rng, rows, C);
-  std::vector<float> expected(x.size());
-  reference::layernorm(x.data(), weight.data(), bias.data(), expected.data(), rows, C, kEps);
+  const std::vector<float> expected = parameters.expected(x);
 
   SECTION("in place") {
     test::DeviceArray<float> x_device(x);
-    launch_layernorm(x_device.get(), weight_device.get(), bias_device.get(), x_device.get(), rows,
-                     C, kEps, stream.get());
+    launch_layernorm(x_device.get(), parameters.weight_device.get(), parameters.bias_device.get(),
+                     x_device.get(), rows, C, kEps, stream.get());
     stream.synchronize();
     CHECK(test::checked_relative_error(x_device.download(), expected) <= kTolerance);
   }
   SECTION("input and output one float past a 16-byte boundary (scalar path)") {
-    std::vector<float> shifted(x.size() + 1, 0.0f);
-    std::copy(x.begin(), x.end(), shifted.begin() + 1);
-    const test::DeviceArray<float> x_device(shifted);
-    test::DeviceArray<float> out(shifted.size());
+    const test::UnalignedDeviceArray<float> x_device(x);
+    test::UnalignedDeviceArray<float> out(x.size());
     out.poison();
-    launch_layernorm(x_device.get() + 1, weight_device.get(), bias_device.get(), out.get() + 1,
-                     rows, C, kEps, stream.get());
+    launch_layernorm(x_device.get(), parameters.weight_device.get(), parameters.bias_device.get(),
+                     out.get(), rows, C, kEps, stream.get());
     stream.synchronize();
-    std::vector<float> result = out.download();
-    CHECK(std::isnan(result[0]));  // the float before the output was not touched
-    result.erase(result.begin());
-    CHECK(test::checked_relative_error(result, expected) <= kTolerance);
+    CHECK(std::isnan(out.element_in_front()));  // the float before the output was not touched
+    CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
   }
 }
 
 // ---------------------------------------------------------------- residual + LayerNorm
-
-/// The unfused pair on the CPU: residual += x (fp32, as the kernel), then LayerNorm.
-void reference_residual_layernorm(std::vector<float>& residual, const std::vector<float>& x,
-                                  const std::vector<float>& weight, const std::vector<float>& bias,
-                                  std::vector<float>& out, int rows, int C) {
-  reference::add(residual.data(), x.data(), residual.data(), residual.size());
-  out.resize(residual.size());
-  reference::layernorm(residual.data(), weight.data(), bias.data(), out.data(), rows, C, kEps);
-}
 
 TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
@@ -113,27 +121,23 @@ TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernel
   // and 2048 (the largest accepted): packed, 16 packs per lane; 1000: packed with
   // a partly filled last pack per lane.
   for (const int C : {3, 64, 100, 515, 768, 1000, 1024, 1025, 1600, kMaxLayernormC}) {
-    const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
-    const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
-    const test::DeviceArray<float> weight_device(weight);
-    const test::DeviceArray<float> bias_device(bias);
+    const LayernormParameters parameters(rng, C);
     for (const int rows : {1, 3, 32, 37}) {
       CAPTURE(rows, C);
       std::vector<float> residual = offset_rows(rng, rows, C);
       const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
       test::DeviceArray<float> residual_device(residual);
       const test::DeviceArray<float> x_device(x);
-      test::DeviceArray<float> out(x.size());
-      out.poison();
+      const std::vector<float> out =
+          test::launch_into_poisoned(x.size(), stream, [&](float* normalized) {
+            launch_residual_layernorm(residual_device.get(), x_device.get(),
+                                      parameters.weight_device.get(), parameters.bias_device.get(),
+                                      normalized, rows, C, kEps, stream.get());
+          });
 
-      launch_residual_layernorm(residual_device.get(), x_device.get(), weight_device.get(),
-                                bias_device.get(), out.get(), rows, C, kEps, stream.get());
-      stream.synchronize();
-
-      std::vector<float> expected;
-      reference_residual_layernorm(residual, x, weight, bias, expected, rows, C);
+      const std::vector<float> expected = parameters.expected_after_residual_add(residual, x);
       CHECK(residual_device.download() == residual);  // one fp32 add on both sides
-      CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
+      CHECK(test::checked_relative_error(out, expected) <= kTolerance);
     }
   }
 }
@@ -143,45 +147,34 @@ TEST_CASE("launch_residual_layernorm writes into x and handles unaligned rows", 
   test::DeviceStream stream;
   const int rows = 37;
   const int C = 768;
-  const std::vector<float> weight = test::random_uniform(rng, C, 0.5f, 1.5f);
-  const std::vector<float> bias = test::random_uniform(rng, C, -0.5f, 0.5f);
-  const test::DeviceArray<float> weight_device(weight);
-  const test::DeviceArray<float> bias_device(bias);
+  const LayernormParameters parameters(rng, C);
   std::vector<float> residual = offset_rows(rng, rows, C);
   const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
   const std::vector<float> residual_before = residual;
-  std::vector<float> expected;
-  reference_residual_layernorm(residual, x, weight, bias, expected, rows, C);
+  const std::vector<float> expected = parameters.expected_after_residual_add(residual, x);
 
   SECTION("out == x") {
     test::DeviceArray<float> residual_device(residual_before);
     test::DeviceArray<float> x_device(x);
-    launch_residual_layernorm(residual_device.get(), x_device.get(), weight_device.get(),
-                              bias_device.get(), x_device.get(), rows, C, kEps, stream.get());
+    launch_residual_layernorm(residual_device.get(), x_device.get(), parameters.weight_device.get(),
+                              parameters.bias_device.get(), x_device.get(), rows, C, kEps,
+                              stream.get());
     stream.synchronize();
     CHECK(residual_device.download() == residual);
     CHECK(test::checked_relative_error(x_device.download(), expected) <= kTolerance);
   }
   SECTION("every row one float past a 16-byte boundary (scalar path)") {
-    std::vector<float> shifted_residual(residual_before.size() + 1, 0.0f);
-    std::vector<float> shifted_x(x.size() + 1, 0.0f);
-    std::copy(residual_before.begin(), residual_before.end(), shifted_residual.begin() + 1);
-    std::copy(x.begin(), x.end(), shifted_x.begin() + 1);
-    test::DeviceArray<float> residual_device(shifted_residual);
-    const test::DeviceArray<float> x_device(shifted_x);
-    test::DeviceArray<float> out(shifted_x.size());
+    test::UnalignedDeviceArray<float> residual_device(residual_before);
+    const test::UnalignedDeviceArray<float> x_device(x);
+    test::UnalignedDeviceArray<float> out(x.size());
     out.poison();
-    launch_residual_layernorm(residual_device.get() + 1, x_device.get() + 1, weight_device.get(),
-                              bias_device.get(), out.get() + 1, rows, C, kEps, stream.get());
+    launch_residual_layernorm(residual_device.get(), x_device.get(), parameters.weight_device.get(),
+                              parameters.bias_device.get(), out.get(), rows, C, kEps, stream.get());
     stream.synchronize();
-    std::vector<float> result = out.download();
-    CHECK(std::isnan(result[0]));  // the float before the output was not touched
-    result.erase(result.begin());
-    std::vector<float> residual_result = residual_device.download();
-    CHECK(residual_result[0] == 0.0f);
-    residual_result.erase(residual_result.begin());
-    CHECK(residual_result == residual);
-    CHECK(test::checked_relative_error(result, expected) <= kTolerance);
+    CHECK(std::isnan(out.element_in_front()));  // the float before the output was not touched
+    CHECK(residual_device.element_in_front() == 0.0f);
+    CHECK(residual_device.download() == residual);
+    CHECK(test::checked_relative_error(out.download(), expected) <= kTolerance);
   }
 }
 

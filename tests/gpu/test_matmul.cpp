@@ -46,15 +46,13 @@ void check_lm_head(std::mt19937& rng, const test::DeviceStream& stream,
     const std::vector<float> x = test::random_matrix(rng, c.rows, c.C, -1.0f, 1.0f);
     const test::DeviceArray<float> wte_device(wte);
     const test::DeviceArray<float> x_device(x);
-    test::DeviceArray<float> logits(static_cast<std::size_t>(c.rows) * c.V);
-    logits.poison();
-
-    launch(x_device.get(), wte_device.get(), logits.get(), c.rows, c.C, c.V);
-    stream.synchronize();
+    const std::vector<float> logits = test::launch_into_poisoned(
+        static_cast<std::size_t>(c.rows) * c.V, stream,
+        [&](float* result) { launch(x_device.get(), wte_device.get(), result, c.rows, c.C, c.V); });
 
     std::vector<float> expected(logits.size());
     reference::lm_head(x.data(), wte.data(), expected.data(), c.rows, c.C, c.V);
-    CHECK(test::checked_relative_error(logits.download(), expected) <= kTolerance);
+    CHECK(test::checked_relative_error(logits, expected) <= kTolerance);
   }
 }
 
@@ -87,8 +85,8 @@ TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   // Every reduction policy: the default, split-K summed inside the kernel, no split.
-  const SplitKReduction reduction = GENERATE(
-      SplitKReduction::kAny, SplitKReduction::kInsideTheKernel, SplitKReduction::kNoSplit);
+  const SplitKReduction reduction =
+      GENERATE(SplitKReduction::kAny, SplitKReduction::kInsideTheKernel, SplitKReduction::kNoSplit);
   CAPTURE(static_cast<int>(reduction));
   LtWithWorkspace lt(/*allow_tf32=*/false, reduction);
   REQUIRE_FALSE(lt.matmul.allow_tf32());
@@ -106,17 +104,16 @@ TEST_CASE("LtMatmul::linear matches the reference with each epilogue in plain fp
         CAPTURE(rows, in, out, static_cast<int>(epilogue));
         const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
         const test::DeviceArray<float> x_device(x);
-        test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
-        y.poison();
-
-        lt.matmul.linear(x_device.get(), weight_device.get(),
-                         epilogue == LinearEpilogue::kNone ? nullptr : bias_device.get(), y.get(),
-                         rows, in, out, epilogue, stream.get());
-        stream.synchronize();
+        const std::vector<float> y = test::launch_into_poisoned(
+            static_cast<std::size_t>(rows) * out, stream, [&](float* result) {
+              lt.matmul.linear(x_device.get(), weight_device.get(),
+                               epilogue == LinearEpilogue::kNone ? nullptr : bias_device.get(),
+                               result, rows, in, out, epilogue, stream.get());
+            });
 
         const std::vector<float> expected =
             expected_linear(x, weight, bias, rows, in, out, epilogue);
-        CHECK(test::checked_relative_error(y.download(), expected) <= kTolerance);
+        CHECK(test::checked_relative_error(y, expected) <= kTolerance);
       }
     }
   }
@@ -138,18 +135,22 @@ TEST_CASE("LtMatmul's GELU epilogue is GPT-2's tanh GELU, large |x| included", "
   const std::vector<float> weight = test::random_matrix(rng, in, out, -0.01f, 0.01f);
   const test::DeviceArray<float> x_device(x);
   const test::DeviceArray<float> weight_device(weight);
+  // cuBLASLt's gelu(x @ weight + bias), with `bias` [out].
+  const auto gelu_linear = [&](const std::vector<float>& bias) {
+    const test::DeviceArray<float> bias_device(bias);
+    return test::launch_into_poisoned(
+        static_cast<std::size_t>(rows) * out, stream, [&](float* result) {
+          lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), result, rows, in,
+                           out, LinearEpilogue::kBiasGelu, stream.get());
+        });
+  };
 
   SECTION("pre-activations in [-4, 4]") {
     const std::vector<float> bias = test::random_uniform(rng, out, -4.0f, 4.0f);
-    const test::DeviceArray<float> bias_device(bias);
-    test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
-    y.poison();
-    lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), y.get(), rows, in, out,
-                     LinearEpilogue::kBiasGelu, stream.get());
-    stream.synchronize();
+    const std::vector<float> y = gelu_linear(bias);
 
-    std::vector<float> pre_activation(static_cast<std::size_t>(rows) * out);
-    reference::linear(x.data(), weight.data(), bias.data(), pre_activation.data(), rows, in, out);
+    const std::vector<float> pre_activation =
+        expected_linear(x, weight, bias, rows, in, out, LinearEpilogue::kBias);
     std::vector<float> tanh_gelu(pre_activation.size());
     reference::gelu(pre_activation.data(), tanh_gelu.data(), pre_activation.size());
     std::vector<float> erf_gelu(pre_activation.size());
@@ -160,20 +161,14 @@ TEST_CASE("LtMatmul's GELU epilogue is GPT-2's tanh GELU, large |x| included", "
     // The test can tell the two GELUs apart ...
     REQUIRE(test::checked_relative_error(erf_gelu, tanh_gelu) > 5 * kTolerance);
     // ... and cuBLASLt computes the tanh one.
-    CHECK(test::checked_relative_error(y.download(), tanh_gelu) <= kTolerance);
+    CHECK(test::checked_relative_error(y, tanh_gelu) <= kTolerance);
   }
   SECTION("pre-activations of magnitude 10 to 90: gelu(x) = x above, 0 below, never NaN") {
     std::vector<float> bias = test::random_uniform(rng, out, 10.0f, 90.0f);
     for (std::size_t o = 0; o < bias.size(); o += 2) bias[o] = -bias[o];
-    const test::DeviceArray<float> bias_device(bias);
-    test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
-    y.poison();
-    lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), y.get(), rows, in, out,
-                     LinearEpilogue::kBiasGelu, stream.get());
-    stream.synchronize();
+    const std::vector<float> result = gelu_linear(bias);
     const std::vector<float> expected =
         expected_linear(x, weight, bias, rows, in, out, LinearEpilogue::kBiasGelu);
-    const std::vector<float> result = y.download();
     CHECK(test::checked_relative_error(result, expected) <= kTolerance);
     for (std::size_t i = 0; i < result.size(); ++i) {
       const float reference_value = expected[i];
@@ -253,31 +248,24 @@ TEST_CASE("LtMatmul handles pointers that are only 4-byte aligned", "[kernels]")
   const int rows = 3;
   const int in = 100;
   const int out = 97;
+  const std::vector<float> x = test::random_matrix(rng, rows, in, -1.0f, 1.0f);
+  const std::vector<float> weight = test::random_matrix(rng, in, out, -1.0f, 1.0f);
+  const std::vector<float> bias = test::random_uniform(rng, out, -1.0f, 1.0f);
   // Every buffer one float past a 256-byte boundary.
-  const std::vector<float> x =
-      test::random_uniform(rng, static_cast<std::size_t>(rows) * in + 1, -1.0f, 1.0f);
-  const std::vector<float> weight =
-      test::random_uniform(rng, static_cast<std::size_t>(in) * out + 1, -1.0f, 1.0f);
-  const std::vector<float> bias = test::random_uniform(rng, out + 1, -1.0f, 1.0f);
-  const test::DeviceArray<float> x_device(x);
-  const test::DeviceArray<float> weight_device(weight);
-  const test::DeviceArray<float> bias_device(bias);
-  test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out + 1);
+  const test::UnalignedDeviceArray<float> x_device(x);
+  const test::UnalignedDeviceArray<float> weight_device(weight);
+  const test::UnalignedDeviceArray<float> bias_device(bias);
+  test::UnalignedDeviceArray<float> y(static_cast<std::size_t>(rows) * out);
   y.poison();
 
-  lt.matmul.linear(x_device.get() + 1, weight_device.get() + 1, bias_device.get() + 1, y.get() + 1,
-                   rows, in, out, LinearEpilogue::kBiasGelu, stream.get());
+  lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), y.get(), rows, in, out,
+                   LinearEpilogue::kBiasGelu, stream.get());
   stream.synchronize();
 
-  const std::vector<float> x_shifted(x.begin() + 1, x.end());
-  const std::vector<float> weight_shifted(weight.begin() + 1, weight.end());
-  const std::vector<float> bias_shifted(bias.begin() + 1, bias.end());
-  const std::vector<float> expected = expected_linear(x_shifted, weight_shifted, bias_shifted, rows,
-                                                      in, out, LinearEpilogue::kBiasGelu);
-  std::vector<float> result = y.download();
-  CHECK(std::isnan(result[0]));  // the float before the output was not touched
-  result.erase(result.begin());
-  CHECK(test::checked_relative_error(result, expected) <= kTolerance);
+  const std::vector<float> expected =
+      expected_linear(x, weight, bias, rows, in, out, LinearEpilogue::kBiasGelu);
+  CHECK(std::isnan(y.element_in_front()));  // the float before the output was not touched
+  CHECK(test::checked_relative_error(y.download(), expected) <= kTolerance);
 }
 
 TEST_CASE("a TF32 LtMatmul still computes the product, to TF32 precision", "[kernels]") {
@@ -294,17 +282,16 @@ TEST_CASE("a TF32 LtMatmul still computes the product, to TF32 precision", "[ker
   const test::DeviceArray<float> x_device(x);
   const test::DeviceArray<float> weight_device(weight);
   const test::DeviceArray<float> bias_device(bias);
-  test::DeviceArray<float> y(static_cast<std::size_t>(rows) * out);
-  y.poison();
-
-  lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), y.get(), rows, in, out,
-                   LinearEpilogue::kBias, stream.get());
-  stream.synchronize();
+  const std::vector<float> y =
+      test::launch_into_poisoned(static_cast<std::size_t>(rows) * out, stream, [&](float* result) {
+        lt.matmul.linear(x_device.get(), weight_device.get(), bias_device.get(), result, rows, in,
+                         out, LinearEpilogue::kBias, stream.get());
+      });
 
   const std::vector<float> expected =
       expected_linear(x, weight, bias, rows, in, out, LinearEpilogue::kBias);
   // TF32 keeps 10 mantissa bits: ~1e-4 here. Only a sanity bound.
-  CHECK(test::checked_relative_error(y.download(), expected) <= 5e-3);
+  CHECK(test::checked_relative_error(y, expected) <= 5e-3);
 }
 
 TEST_CASE("LtMatmul rejects bad arguments", "[kernels]") {

@@ -15,13 +15,32 @@
 namespace ladder {
 namespace {
 
-/// Everything one greedy step reads and writes, on the device.
+/// The shape of a greedy decode and the device buffers its steps carry from one to the
+/// next; no row is finished at first.
 struct StepBuffers {
-  StepBuffers(int B, int max_steps)
-      : next_tokens(B),
-        finished(B),
+  StepBuffers(int batch, int vocabulary, int steps, int eos)
+      : B(batch),
+        V(vocabulary),
+        max_steps(steps),
+        eos_id(eos),
+        next_tokens(B),
+        finished(std::vector<std::int32_t>(B, 0)),
         all_finished(1),
         output_tokens(static_cast<std::size_t>(B) * max_steps) {}
+
+  /// launch_argmax_step on logits [B, V] at `step` (feeding forced [B, max_steps] where it is
+  /// not null), then waits for `stream`.
+  void run_step(const float* logits, int step, const test::DeviceStream& stream,
+                const std::int32_t* forced = nullptr) {
+    launch_argmax_step(logits, forced, next_tokens.get(), finished.get(), all_finished.get(),
+                       output_tokens.get(), B, V, step, max_steps, eos_id, stream.get());
+    stream.synchronize();
+  }
+
+  int B;
+  int V;
+  int max_steps;
+  int eos_id;
   test::DeviceArray<std::int32_t> next_tokens;
   test::DeviceArray<std::int32_t> finished;
   test::DeviceArray<std::int32_t> all_finished;
@@ -78,16 +97,11 @@ TEST_CASE("launch_argmax_step picks torch.argmax's token, ties to the smallest i
         }
       }
       const test::DeviceArray<float> logits_device(logits);
-      StepBuffers buffers(B, max_steps);
+      StepBuffers buffers(B, V, max_steps, eos_id);
       buffers.next_tokens.poison();
       buffers.all_finished.poison();
       buffers.output_tokens.poison();
-      buffers.finished.upload(std::vector<std::int32_t>(B, 0));
-
-      launch_argmax_step(logits_device.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                         buffers.all_finished.get(), buffers.output_tokens.get(), B, V, step,
-                         max_steps, eos_id, stream.get());
-      stream.synchronize();
+      buffers.run_step(logits_device.get(), step, stream);
 
       const std::vector<std::int32_t> next_tokens = buffers.next_tokens.download();
       const std::vector<std::int32_t> finished = buffers.finished.download();
@@ -120,8 +134,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
   const int max_steps = 4;
 
   SECTION("five rows, two of them finished before the first step") {
-    const int B = 5;
-    StepBuffers buffers(B, max_steps);
+    StepBuffers buffers(/*batch=*/5, V, max_steps, eos_id);
     buffers.output_tokens.poison();
     buffers.finished.upload({1, 0, 0, 0, 1});
 
@@ -130,10 +143,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
     const test::DeviceArray<float> step_0(
         logits_with_winners(rng, V, {5, eos_id, 7, eos_id, eos_id}));
     buffers.all_finished.poison();
-    launch_argmax_step(step_0.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
-                       eos_id, stream.get());
-    stream.synchronize();
+    buffers.run_step(step_0.get(), 0, stream);
     CHECK(buffers.next_tokens.download() ==
           std::vector<std::int32_t>{5, eos_id, 7, eos_id, eos_id});
     CHECK(buffers.finished.download() == std::vector<std::int32_t>{1, 1, 0, 1, 1});
@@ -142,10 +152,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
     // Step 1: row 2 emits EOS; every other row emits something else and stays finished.
     const test::DeviceArray<float> step_1(logits_with_winners(rng, V, {3, 4, eos_id, 6, 0}));
     buffers.all_finished.poison();
-    launch_argmax_step(step_1.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
-                       eos_id, stream.get());
-    stream.synchronize();
+    buffers.run_step(step_1.get(), 1, stream);
     CHECK(buffers.next_tokens.download() == std::vector<std::int32_t>{3, 4, eos_id, 6, 0});
     CHECK(buffers.finished.download() == std::vector<std::int32_t>{1, 1, 1, 1, 1});
     CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{1});
@@ -160,8 +167,7 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
 
   SECTION("more rows than the flag kernel has threads") {
     const int B = 1100;
-    StepBuffers buffers(B, max_steps);
-    buffers.finished.upload(std::vector<std::int32_t>(B, 0));
+    StepBuffers buffers(B, V, max_steps, eos_id);
     std::vector<std::int32_t> winners(B, eos_id);
     const int straggler = test::random_ints(rng, 1, 0, B - 1)[0];
     CAPTURE(straggler);
@@ -169,19 +175,13 @@ TEST_CASE("launch_argmax_step keeps finished rows finished and raises all_finish
 
     const test::DeviceArray<float> step_0(logits_with_winners(rng, V, winners));
     buffers.all_finished.poison();
-    launch_argmax_step(step_0.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 0, max_steps,
-                       eos_id, stream.get());
-    stream.synchronize();
+    buffers.run_step(step_0.get(), 0, stream);
     CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{0});
 
     winners[straggler] = eos_id;
     const test::DeviceArray<float> step_1(logits_with_winners(rng, V, winners));
     buffers.all_finished.poison();
-    launch_argmax_step(step_1.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), B, V, 1, max_steps,
-                       eos_id, stream.get());
-    stream.synchronize();
+    buffers.run_step(step_1.get(), 1, stream);
     CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{1});
     CHECK(buffers.finished.download() == std::vector<std::int32_t>(B, 1));
   }
@@ -191,9 +191,8 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3, V = 101, max_steps = 5, eos_id = 9;
-  StepBuffers buffers(B, max_steps);
+  StepBuffers buffers(B, V, max_steps, eos_id);
   buffers.output_tokens.poison();
-  buffers.finished.upload(std::vector<std::int32_t>(B, 0));
   // Row 1 is forced to EOS at step 2; the argmax winners are never the forced tokens.
   const std::vector<std::int32_t> forced = {1, 2,  3,      4, 5,   //
                                             6, 7,  eos_id, 8, 10,  //
@@ -201,10 +200,7 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
   const test::DeviceArray<std::int32_t> forced_device(forced);
   for (int step = 0; step < 3; ++step) {
     const test::DeviceArray<float> logits(logits_with_winners(rng, V, {50, 60, 70}));
-    launch_argmax_step(logits.get(), forced_device.get(), buffers.next_tokens.get(),
-                       buffers.finished.get(), buffers.all_finished.get(),
-                       buffers.output_tokens.get(), B, V, step, max_steps, eos_id, stream.get());
-    stream.synchronize();
+    buffers.run_step(logits.get(), step, stream, forced_device.get());
     CHECK(buffers.next_tokens.download() ==
           std::vector<std::int32_t>{forced[step], forced[5 + step], forced[10 + step]});
   }
@@ -215,25 +211,23 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
                                                                       0, 11, 12,     -1, -1});
 }
 
-TEST_CASE("launch_argmax_step with a device cursor reads the step and advances it",
-          "[kernels]") {
+TEST_CASE("launch_argmax_step with a device cursor reads the step and advances it", "[kernels]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 2, V = 33, max_steps = 3, eos_id = 32;
-  StepBuffers buffers(B, max_steps);
+  StepBuffers buffers(B, V, max_steps, eos_id);
   buffers.output_tokens.poison();
-  buffers.finished.upload(std::vector<std::int32_t>(B, 0));
   test::DeviceArray<DecodePosition> cursor(std::vector<DecodePosition>{{0, 7}});
   const std::vector<std::vector<std::int32_t>> winners = {{4, 5}, {6, 7}, {8, 9}, {10, 11}};
   for (const auto& step_winners : winners) {  // one step more than there are columns
     const test::DeviceArray<float> logits(logits_with_winners(rng, V, step_winners));
     launch_argmax_step(logits.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), cursor.get(), B,
-                       V, max_steps, eos_id, stream.get());
+                       buffers.all_finished.get(), buffers.output_tokens.get(), cursor.get(), B, V,
+                       max_steps, eos_id, stream.get());
   }
   stream.synchronize();
   const DecodePosition final_cursor = cursor.download()[0];
-  CHECK(final_cursor.step == max_steps);     // the fourth step wrote nothing, moved nothing
+  CHECK(final_cursor.step == max_steps);  // the fourth step wrote nothing, moved nothing
   CHECK(final_cursor.position == 7 + max_steps);
   CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{4, 6, 8, 5, 7, 9});
 }
@@ -246,7 +240,8 @@ TEST_CASE("launch_argmax_step rejects bad arguments", "[kernels]") {
   // (logits, next_tokens, finished, all_finished, output_tokens, B, V, step, max_steps, eos_id)
   CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 0, 97, 0, 8, 1, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 0, 0, 8, 1, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 0, 0, 8, 1, nullptr),
+                  std::invalid_argument);
   CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 0, 0, 1, nullptr),
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 8, 8, 1, nullptr),
