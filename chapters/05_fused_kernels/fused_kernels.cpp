@@ -16,8 +16,8 @@
 // 7 launches per layer instead of 11. The loop, the static cache and the device cursor
 // are chapter 04's.
 //
-// Run:      build/release/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/release/chapters/05_fused_kernels --new-tokens 20
+// Run:      build/native/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/native/chapters/05_fused_kernels --new-tokens 20
 //           (per layer: three matmuls with fused epilogues, fused_decode_attention_kernel,
 //           layernorm_row_kernel twice; no gelu, residual_add or append kernels)
 //
