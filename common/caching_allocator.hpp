@@ -16,11 +16,11 @@
 //               released and cudaMalloc is tried once more [release_cached_blocks];
 //               then DeviceOutOfMemory.
 //   empty_cache: synchronizes, then cudaFrees every entirely free segment.
-// The weakness that chapter 03 fixes: a tensor that grows a little every step (a
-// KV cache re-allocated one position longer) soon outgrows its cached block; the
-// old block cannot be reused for the bigger request and cannot be given back while
-// any other block of its segment is live, so reserved memory climbs far above
-// allocated memory (83% fragmentation at N = 400 in the seed's measurements).
+// Its weakness, which the expandable allocator exists to remove: a tensor that grows
+// a little every step (a KV cache re-allocated one position longer) soon outgrows its
+// cached block; the old block cannot be reused for the bigger request and cannot be
+// given back while any other block of its segment is live, so reserved memory climbs
+// far above allocated memory (83% fragmentation at N = 400 in the seed's measurements).
 //
 // The policy is separate from the driver: segments come from a SegmentSource, which
 // is cudaMalloc on the GPU and a fake that hands out bare addresses in the CPU tests.

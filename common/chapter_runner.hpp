@@ -4,7 +4,7 @@
 //
 //   int main(int argc, char** argv) {
 //     return ladder::run_chapter(argc, argv, {"01_naive_decode", "naive decode"},
-//                                make_decoder<NaiveDecoder>);
+//                                ladder::make_decoder<NaiveDecoder>);
 //   }
 //
 // run_chapter does everything that is the same for every rung: the command line,

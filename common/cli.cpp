@@ -105,7 +105,8 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
     throw std::invalid_argument(
         "--prompt, --random-prompt-length and --prompt-file: choose at most one");
   if (!options.weights_directory.empty() && !options.config_file.empty())
-    throw std::invalid_argument("--config: only for random weights; --weights brings its own config");
+    throw std::invalid_argument(
+        "--config: only for random weights; --weights brings its own config");
   return options;
 }
 
@@ -139,7 +140,7 @@ output
   --dump-tokens FILE        generated ids of the last run, one row per line
   --dump-logits FILE        every step's logits, float32 [steps, batch, vocab] (for tests)
   --print-text              print row 0's generated text (needs a tokenizer)
-  --kernel-profile          after the table rows, the kernels that took the GPU's time
+  --kernel-profile          before the table, the kernels that took the GPU's time
                             (from the untimed CUPTI-traced run)
   --quiet                   print only the table
 )";

@@ -82,7 +82,7 @@ bool cuda_device_available(std::string* reason) {
       *reason = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
     }
   }
-  cudaGetLastError();  // clear the sticky-free error so later calls start clean
+  cudaGetLastError();  // clear this (non-sticky) error so that later calls start clean
   return false;
 }
 

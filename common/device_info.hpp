@@ -21,7 +21,7 @@ struct DeviceInfo {
 /// Queries the current device. Throws NoCudaDevice when there is none.
 DeviceInfo query_device_info();
 
-/// One line: "NVIDIA H200 | sm_90 | 132 SMs | 139.8 GiB | driver 13.0 | runtime 13.0".
+/// One line: "NVIDIA H200 | sm_90 | 132 SMs | 139.80 GiB | driver 13.0 | runtime 13.0".
 std::string device_banner(const DeviceInfo& info);
 
 /// "13.0" from 13000.

@@ -188,12 +188,22 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     records.kernel_time.clear();
     records.active = true;
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-  for (CUpti_ActivityKind kind : kKinds) CUPTI_CHECK(cuptiActivityEnable(kind));
+  try {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    for (CUpti_ActivityKind kind : kKinds) CUPTI_CHECK(cuptiActivityEnable(kind));
+  } catch (...) {
+    // No destructor runs for an object whose constructor threw: stop here, so that the
+    // next trace (the next configuration's, when CUPTI is held by a profiler) can start.
+    stop_tracing();
+    throw;
+  }
 }
 
-GpuActivityTrace::~GpuActivityTrace() {
+GpuActivityTrace::~GpuActivityTrace() { stop_tracing(); }
+
+void GpuActivityTrace::stop_tracing() {
+  // Best effort, and not throwing: kinds that were never enabled just return an error.
   for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   RecordSink& records = sink();

@@ -67,7 +67,7 @@ class GpuActivityTrace {
   /// `step_marker`: a part of the name of the kernel that opens every step (the
   /// chapters' steps all begin with the token embedding); empty for none.
   /// Throws CudaError when CUPTI cannot trace, e.g. when compute-sanitizer, Nsight
-  /// Compute or Nsight Systems already holds it.
+  /// Compute or Nsight Systems already holds it; a later trace may then be tried again.
   explicit GpuActivityTrace(std::string step_marker = "");
   ~GpuActivityTrace();
   GpuActivityTrace(const GpuActivityTrace&) = delete;
@@ -75,6 +75,10 @@ class GpuActivityTrace {
 
   /// Synchronizes the device, flushes CUPTI's buffers and summarizes everything recorded.
   GpuActivitySummary collect();
+
+ private:
+  /// Disables the activity kinds, flushes, and lets the next trace start.
+  static void stop_tracing();
 };
 
 }  // namespace ladder

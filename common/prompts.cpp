@@ -5,18 +5,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/splitmix64.hpp"
+
 namespace ladder {
 
 namespace {
-
-// splitmix64: a tiny, fully specified generator, so random prompts are the same on
-// every machine and standard library (std::uniform_int_distribution is not).
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 void require_positive(int value, const char* what) {
   if (value <= 0) throw std::invalid_argument(std::string(what) + " must be positive");
@@ -42,7 +35,8 @@ PromptBatch repeated_prompt(const std::vector<std::int32_t>& ids, int batch) {
   PromptBatch prompts;
   prompts.batch = batch;
   prompts.length = static_cast<int>(ids.size());
-  for (int b = 0; b < batch; ++b) prompts.tokens.insert(prompts.tokens.end(), ids.begin(), ids.end());
+  for (int b = 0; b < batch; ++b)
+    prompts.tokens.insert(prompts.tokens.end(), ids.begin(), ids.end());
   return prompts;
 }
 
@@ -58,7 +52,7 @@ PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_i
   std::uint64_t state = seed ^ 0x70726F6D707473ull;  // "prompts": keeps them apart from the weights
   const auto choices = static_cast<std::uint64_t>(vocab_size - 1);
   for (int i = 0; i < batch * length; ++i) {
-    auto id = static_cast<std::int32_t>(splitmix64(state) % choices);
+    auto id = static_cast<std::int32_t>(splitmix64_next(state) % choices);
     if (id >= excluded_id) ++id;  // skip the excluded id without bias
     prompts.tokens.push_back(id);
   }

@@ -12,13 +12,13 @@
 // tensor is as aligned as the array itself; the gaps and the tail are zero.
 //
 // The random generator, exactly, so that anyone can reproduce the numbers:
-//   mix(x)     = SplitMix64's output function on 64-bit unsigned x (wrapping arithmetic):
-//                x += 0x9E3779B97F4A7C15; x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
-//                x = (x ^ (x >> 27)) * 0x94D049BB133111EB; return x ^ (x >> 31)
-//   key        = mix(mix(seed) ^ tensor_index)
+//   splitmix64(x) = SplitMix64's output on 64-bit unsigned x (wrapping arithmetic):
+//                   x += 0x9E3779B97F4A7C15; x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
+//                   x = (x ^ (x >> 27)) * 0x94D049BB133111EB; return x ^ (x >> 31)
+//   key        = splitmix64(splitmix64(seed) ^ tensor_index)
 //   element e of the tensor uses the pair p = e / 2 (integer division):
-//   u1         = ((mix(key + 2p) >> 11) + 1) * 2^-53          in (0, 1]
-//   u2         = (mix(key + 2p + 1) >> 11) * 2^-53            in [0, 1)
+//   u1         = ((splitmix64(key + 2p) >> 11) + 1) * 2^-53      in (0, 1]
+//   u2         = (splitmix64(key + 2p + 1) >> 11) * 2^-53        in [0, 1)
 //   z          = sqrt(-2 ln u1) * (e even ? cos(2 pi u2) : sin(2 pi u2))   (Box-Muller)
 //   value      = float(std * z), all in double until the final cast
 // with std = 0.02 for wte, wpe, attn.c_attn.weight and mlp.c_fc.weight, and
@@ -39,6 +39,7 @@
 #include <thread>
 
 #include "common/safetensors.hpp"
+#include "common/splitmix64.hpp"
 
 namespace ladder {
 
@@ -122,13 +123,6 @@ std::vector<ParameterTensor> parameter_tensors(const Gpt2Config& config,
 
 // ---------------------------------------------------------------- random initialisation
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Fills elements [first, first + count) of one tensor with the documented normals.
 void fill_normal(float* tensor, std::uint64_t key, double std_dev, std::size_t first,
                  std::size_t count) {
@@ -137,8 +131,8 @@ void fill_normal(float* tensor, std::uint64_t key, double std_dev, std::size_t f
   const std::size_t end = first + count;
   for (std::size_t element = first; element < end;) {
     const std::uint64_t pair = element / 2;
-    const double u1 = static_cast<double>((mix(key + 2 * pair) >> 11) + 1) * two_to_minus_53;
-    const double u2 = static_cast<double>(mix(key + 2 * pair + 1) >> 11) * two_to_minus_53;
+    const double u1 = static_cast<double>((splitmix64(key + 2 * pair) >> 11) + 1) * two_to_minus_53;
+    const double u2 = static_cast<double>(splitmix64(key + 2 * pair + 1) >> 11) * two_to_minus_53;
     const double radius = std::sqrt(-2.0 * std::log(u1));
     const double angle = two_pi * u2;
     if (element % 2 == 0) {
@@ -261,7 +255,7 @@ Gpt2Weights random_gpt2_weights(const Gpt2Config& config, std::uint64_t seed) {
         break;  // the array starts zeroed
       case Initializer::normal:
       case Initializer::residual_normal: {
-        const std::uint64_t key = mix(mix(seed) ^ index);
+        const std::uint64_t key = splitmix64(splitmix64(seed) ^ index);
         const double std_dev =
             tensor.initializer == Initializer::normal ? initializer_std : residual_std;
         for (std::size_t first = 0; first < count; first += elements_per_chunk)

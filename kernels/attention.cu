@@ -219,10 +219,11 @@ void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, 
   launch_checks::require_positive(kName, "T", T);
   check_attention_head_size(kName, B, H, C);
   const long long heads = static_cast<long long>(B) * H;
+  const int query_blocks = (T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock;
+  launch_checks::require(query_blocks <= 65535, kName,
+                         "T is too long: more than 65535 blocks of queries (gridDim.y)");
 
-  const dim3 blocks(
-      static_cast<unsigned int>(heads),
-      static_cast<unsigned int>((T + kCausalQueriesPerBlock - 1) / kCausalQueriesPerBlock));
+  const dim3 blocks(static_cast<unsigned int>(heads), static_cast<unsigned int>(query_blocks));
   const int D = C / H;
   // 16-byte reads of the staged rows need D % 4 == 0 (the buffers are 16-byte aligned).
   const bool packed = D % 4 == 0;

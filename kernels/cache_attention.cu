@@ -77,8 +77,10 @@ __global__ void append_kv_at_cursor_kernel(const float* qkv, float* keys, float*
 // Grid:   one block per (b, h): block x serves b = x / H, h = x % H. Warp w takes the
 //         chunks of 32 positions starting at 32 w, 32 (w + 8), ... up to capacity - all
 //         of them, masked or not; the eight warp states are merged through shared
-//         memory in warp order. (Asking for two resident blocks per SM lets ptxas use
-//         up to 128 registers; left to itself it capped the kernel at 48 and spilled.)
+//         memory in warp order. (Two resident blocks per SM let ptxas use up to 128
+//         registers: 112 for GPT-2's D = 64 on sm_90. The bound dates from an earlier
+//         version that spilled at the 48 registers ptxas chose unbounded; the current
+//         one does not spill at 48, and whether the bound still pays is not re-measured.)
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kStaticThreads, 2)
     static_cache_attention_kernel(const float* q, int q_row_stride, const float* keys,
@@ -132,8 +134,9 @@ struct SplitWorkspace {
 //         weighs split s (lane s) by exp(m_s - M), then thread d sums dimension d over
 //         splits 0, 1, ... in that order; finally it resets the counter to 0.
 //         (Five resident blocks per SM bound the kernel to 96 registers: enough to keep
-//         a whole key row in flight per lane without spilling, on every architecture
-//         built; left to itself ptxas spilled some instantiations on sm_80.)
+//         a whole key row in flight per lane without spilling for D <= 96 on every
+//         architecture built (D = 128 spills 12 bytes on sm_90); left to itself ptxas
+//         spilled some instantiations on sm_80.)
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,

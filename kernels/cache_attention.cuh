@@ -74,8 +74,10 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
 /// reads a cache entry that another block of the same launch writes.
 ///
 /// workspace: fused_decode_attention_workspace_bytes(B, H, C, capacity) bytes, 16-byte
-/// aligned, zero-filled once before its first use (cudaMemset); every launch leaves it
-/// zeroed again. One workspace per launch that may run concurrently with another.
+/// aligned, zero-filled once before its first use (cudaMemset); every launch leaves its
+/// arrival counters at zero again (the partial states need no reset: a launch writes
+/// each one before it reads it). One workspace per launch that may run concurrently
+/// with another.
 /// A cursor position outside [0, capacity) gives NaN outputs and writes no cache entry.
 /// Throws std::invalid_argument on a null pointer, a misaligned workspace, B, H, C,
 /// capacity <= 0, C not divisible by H, or D > kMaxHeadDim.

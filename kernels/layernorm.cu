@@ -61,20 +61,20 @@ __global__ void __launch_bounds__(kLayernormThreads)
   float* residual_row = kAddResidual ? residual + row_offset : nullptr;
 
   PackedFloats<kWidth> row[kPacksPerThread];
-  PackedFloats<kWidth> w[kPacksPerThread];
-  PackedFloats<kWidth> b[kPacksPerThread];
+  PackedFloats<kWidth> weight_packs[kPacksPerThread];
+  PackedFloats<kWidth> bias_packs[kPacksPerThread];
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPacksPerThread; ++k) {
     const int i = threadIdx.x + k * kLayernormThreads;
     if (i < packs) {
       row[k] = load_packed<kWidth>(x_row, i);
-      w[k] = load_packed<kWidth>(weight, i);
-      b[k] = load_packed<kWidth>(bias, i);
+      weight_packs[k] = load_packed<kWidth>(weight, i);
+      bias_packs[k] = load_packed<kWidth>(bias, i);
       if constexpr (kAddResidual) {
-        const PackedFloats<kWidth> stream = load_packed<kWidth>(residual_row, i);
+        const PackedFloats<kWidth> residual_pack = load_packed<kWidth>(residual_row, i);
 #pragma unroll
-        for (int j = 0; j < kWidth; ++j) row[k].values[j] += stream.values[j];
+        for (int j = 0; j < kWidth; ++j) row[k].values[j] += residual_pack.values[j];
         store_packed<kWidth>(residual_row, i, row[k]);
       }
 #pragma unroll
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kLayernormThreads)
       PackedFloats<kWidth> result;
 #pragma unroll
       for (int j = 0; j < kWidth; ++j)
-        result.values[j] =
-            (row[k].values[j] - mean) * inverse_std * w[k].values[j] + b[k].values[j];
+        result.values[j] = (row[k].values[j] - mean) * inverse_std * weight_packs[k].values[j] +
+                           bias_packs[k].values[j];
       store_packed<kWidth>(out_row, i, result);
     }
   }

@@ -75,9 +75,10 @@ enum class SplitKReduction {
 /// later products of that shape reuse them, so a decode loop queries nothing after
 /// its first step. One algorithm per shape also keeps results bitwise reproducible.
 ///
-/// Workspace: caller-owned, 256-byte aligned, used by every product; cuBLAS results
-/// are reproducible only when no two concurrently running products share a workspace,
-/// so keep one LtMatmul (and one workspace) per stream. Not thread-safe.
+/// Workspace: caller-owned, 256-byte aligned, used by every product (split-K kernels
+/// keep their partial sums there). Two products running at once on one workspace
+/// would overwrite each other's partial sums, so keep one LtMatmul (and one
+/// workspace) per stream. Not thread-safe.
 class LtMatmul {
  public:
   /// cuBLAS's workspace recommendation for Hopper: 32 MiB (smaller GPUs need 4 MiB).

@@ -1,5 +1,5 @@
-// kernels/online_softmax.cuh - the warp-level core of decode attention: one query
-// against a run of cached key/value rows, with the softmax computed online (one pass,
+// kernels/online_softmax.cuh - the warp-level core of the attention kernels: one query
+// against a run of key/value rows, with the softmax computed online (one pass,
 // no array of scores), and the exact merge of partial results.
 //
 // A warp takes up to 32 key positions at a time, one per lane. Each lane computes its
@@ -23,7 +23,6 @@
 #include <cstddef>
 
 #include "kernels/attention.cuh"
-#include "kernels/attention_dispatch.cuh"
 #include "kernels/device_primitives.cuh"
 
 namespace ladder {

@@ -11,10 +11,11 @@
 //   * the residual add and the LayerNorm after it in one kernel (the sum is written once
 //     and normalized in the same pass), the final LayerNorm included;
 //   * one decode-attention kernel that appends the step's keys and values and attends
-//     over the valid length only, the length split across blocks (flash-decoding);
-//   * the logits written once by the LM head and read once by the argmax.
-// 7 launches per layer instead of 11. The loop, the static cache and the device cursor
-// are chapter 04's.
+//     over the valid length only, the length split across blocks (flash-decoding).
+// 7 launches per layer instead of 11. The LM head and the argmax stay as in chapter 04:
+// the logits are already written once and read once, and the argmax kernel already
+// records the EOS flags. The loop, the static cache and the device cursor are chapter
+// 04's.
 //
 // Run:      build/native/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
 // Profile:  nsys profile -t cuda,nvtx build/native/chapters/05_fused_kernels --new-tokens 20
@@ -117,8 +118,8 @@ class FusedKernelsDecoder final : public ladder::Decoder {
     Activations activations = allocate_activations(B, T);
     DeviceBuffer next_tokens = allocate<std::int32_t>(B);
     // NEW in chapter 05: the fused attention's scratch (each split's partial softmax
-    // state and a counter per head), allocated and zeroed once; every launch leaves it
-    // zeroed again, so the twelve layers and all the steps share it.
+    // state and a counter per head), allocated and zeroed once; every launch leaves the
+    // counters at zero again, so the twelve layers and all the steps share it.
     DeviceBuffer attention_workspace =
         allocate<char>(ladder::fused_decode_attention_workspace_bytes(
             B, config_.n_head, config_.n_embd, cache.capacity));

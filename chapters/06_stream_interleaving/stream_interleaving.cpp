@@ -160,8 +160,8 @@ class StreamInterleavingDecoder final : public ladder::Decoder {
     Activations activations = allocate_activations(B, T);
     DeviceBuffer next_tokens = allocate<std::int32_t>(B);
     // NEW in chapter 05: the fused attention's scratch (each split's partial softmax
-    // state and a counter per head), allocated and zeroed once; every launch leaves it
-    // zeroed again, so the twelve layers and all the steps share it.
+    // state and a counter per head), allocated and zeroed once; every launch leaves the
+    // counters at zero again, so the twelve layers and all the steps share it.
     DeviceBuffer attention_workspace =
         allocate<char>(ladder::fused_decode_attention_workspace_bytes(
             B, config_.n_head, config_.n_embd, cache.capacity));
