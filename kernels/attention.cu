@@ -14,6 +14,7 @@
 
 #include "common/cuda_check.hpp"
 #include "kernels/attention_dispatch.cuh"
+#include "kernels/cache_attention.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 #include "kernels/online_softmax.cuh"
@@ -140,15 +141,23 @@ __global__ void decode_attention_kernel(const float* q, int q_row_stride, const 
       query, warp_states);
 }
 
-// Math:   keys[b, h, first_position + t, d]   = qkv[b, t, C + h*D + d];
-//         values[b, h, first_position + t, d] = qkv[b, t, 2C + h*D + d]     for t < T.
+// Math:   p0 = cursor ? cursor->position : first_position;
+//         keys[b, h, p0 + t, d]   = qkv[b, t, C + h*D + d];
+//         values[b, h, p0 + t, d] = qkv[b, t, 2C + h*D + d]     for t < T.
+//         With a cursor, p0 is known only on the device: positions outside
+//         [0, capacity - T] write nothing (the launcher checks first_position itself).
 // Shapes: qkv [B, T, 3C], keys, values [B, H, capacity, D]; T = 1 appends one step.
 // Grid:   a grid-stride loop over the B * T * C elements of the k (and v) thirds;
 //         element i is row r = i / C of qkv (b = r / T, t = r % T) and column
 //         c = i % C, i.e. h = c / D, d = c % D. Consecutive threads read consecutive
 //         columns of one qkv row and write consecutive d of one cache row.
-__global__ void store_kv_kernel(const float* qkv, float* keys, float* values, int first_position,
-                                int T, int capacity, int B, int H, int C) {
+__global__ void store_kv_kernel(const float* qkv, float* keys, float* values,
+                                const DecodePosition* cursor, int first_position, int T,
+                                int capacity, int B, int H, int C) {
+  if (cursor != nullptr) {
+    first_position = cursor->position;  // the same for the whole grid
+    if (first_position < 0 || first_position > capacity - T) return;
+  }
   const int D = C / H;
   const std::size_t total = static_cast<std::size_t>(B) * T * C;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
@@ -278,16 +287,13 @@ void launch_grow_kv_cache(const float* qkv, const float* keys, const float* valu
       D % 4 == 0 && launch_checks::is_16_byte_aligned(qkv) &&
       launch_checks::is_16_byte_aligned(keys) && launch_checks::is_16_byte_aligned(values) &&
       launch_checks::is_16_byte_aligned(new_keys) && launch_checks::is_16_byte_aligned(new_values);
-  const int width = packed ? 4 : 1;
-  const unsigned int blocks =
-      launch_checks::grid_stride_blocks(rows * static_cast<std::size_t>(D / width), kStoreThreads);
-  if (packed) {
-    grow_kv_cache_kernel<4>
+  with_width(packed, [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const unsigned int blocks = launch_checks::grid_stride_blocks(
+        rows * static_cast<std::size_t>(D / kWidth), kStoreThreads);
+    grow_kv_cache_kernel<kWidth>
         <<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, new_keys, new_values, L, B, H, C);
-  } else {
-    grow_kv_cache_kernel<1>
-        <<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, new_keys, new_values, L, B, H, C);
-  }
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -305,8 +311,27 @@ void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int 
   const std::size_t elements =
       static_cast<std::size_t>(B) * static_cast<std::size_t>(T) * static_cast<std::size_t>(C);
   const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
-  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, first_position, T,
-                                                        capacity, B, H, C);
+  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, /*cursor=*/nullptr,
+                                                        first_position, T, capacity, B, H, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+// Declared in cache_attention.cuh with the other cursor-driven launchers; it is the
+// prefill's store kernel for T = 1, with the position read on the device.
+void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
+                                const DecodePosition* cursor, int capacity, int B, int H, int C,
+                                cudaStream_t stream) {
+  constexpr const char* kName = "launch_append_kv_at_cursor";
+  launch_checks::require_not_null(
+      kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}});
+  launch_checks::require_positive(kName, "capacity", capacity);
+  check_attention_heads(kName, B, H, C);
+
+  const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
+  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
+  store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, cursor,
+                                                        /*first_position=*/0, /*T=*/1, capacity, B,
+                                                        H, C);
   CUDA_CHECK_LAUNCH();
 }
 

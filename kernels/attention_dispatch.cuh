@@ -80,11 +80,7 @@ void with_width_and_dims(bool packed, int D, const Launch& launch) {
         break;
     }
   };
-  if (packed) {
-    with_dims(std::integral_constant<int, 4>{});
-  } else {
-    with_dims(std::integral_constant<int, 1>{});
-  }
+  with_width(packed, with_dims);
 }
 
 }  // namespace ladder

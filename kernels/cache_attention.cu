@@ -1,5 +1,7 @@
-// kernels/cache_attention.cu - KV append, static-cache attention and fused
-// (append + flash-decoding) attention, all with the position read from device memory.
+// kernels/cache_attention.cu - static-cache attention and fused (append +
+// flash-decoding) attention, both with the position read from device memory. (The
+// plain append at the cursor, launch_append_kv_at_cursor, is the prefill's store
+// kernel with T = 1: attention.cu.)
 //
 // Notation and layouts: see cache_attention.cuh. The warp-level online softmax both
 // attention kernels use is in online_softmax.cuh: a warp folds 32 positions at a time
@@ -24,7 +26,6 @@ namespace ladder {
 
 namespace {
 
-constexpr int kAppendThreads = 256;
 constexpr int kStaticWarps = 8;  // the warps of one (b, h) split the capacity
 constexpr int kStaticThreads = kStaticWarps * kWarpSize;
 constexpr int kFusedWarps = 4;  // the warps of one block split its share of positions
@@ -38,34 +39,6 @@ constexpr int kMaxSplits = 32;  // the final merge reads one split per lane of a
 static_assert(kMaxSplits <= kWarpSize, "one warp merges the splits' maxima and sums");
 constexpr int kPositionsPerWarpChunk = kWarpSize;
 constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
-
-// ---------------------------------------------------------------- append
-
-// Math:   p = cursor->position; for p in [0, capacity):
-//         keys[b, h, p, d] = qkv[b, C + h*D + d]; values[b, h, p, d] = qkv[b, 2C + h*D + d].
-// Shapes: qkv [B, 3C], keys, values [B, H, capacity, D].
-// Grid:   a grid-stride loop over the B * C elements of one step's k (and v);
-//         element i is b = i / C, column c = i % C, i.e. h = c / D, d = c % D.
-__global__ void append_kv_at_cursor_kernel(const float* qkv, float* keys, float* values,
-                                           const DecodePosition* cursor, int capacity, int B, int H,
-                                           int C) {
-  const int position = cursor->position;
-  if (position < 0 || position >= capacity) return;
-  const int D = C / H;
-  const std::size_t total = static_cast<std::size_t>(B) * C;
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += stride) {
-    const int b = static_cast<int>(i / C);
-    const int c = static_cast<int>(i % C);
-    const int h = c / D;
-    const int d = c % D;
-    const float* row = qkv + static_cast<std::size_t>(b) * 3 * C;
-    const std::size_t slot = ((static_cast<std::size_t>(b) * H + h) * capacity + position) * D + d;
-    keys[slot] = row[C + c];
-    values[slot] = row[2 * C + c];
-  }
-}
 
 // ---------------------------------------------------------------- static cache
 
@@ -298,22 +271,6 @@ WorkspaceLayout workspace_layout(int B, int H, int C, int capacity) {
 }
 
 }  // namespace
-
-void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
-                                const DecodePosition* cursor, int capacity, int B, int H, int C,
-                                cudaStream_t stream) {
-  constexpr const char* kName = "launch_append_kv_at_cursor";
-  launch_checks::require_not_null(
-      kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}});
-  launch_checks::require_positive(kName, "capacity", capacity);
-  check_attention_heads(kName, B, H, C);
-
-  const std::size_t elements = static_cast<std::size_t>(B) * static_cast<std::size_t>(C);
-  const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kAppendThreads);
-  append_kv_at_cursor_kernel<<<blocks, kAppendThreads, 0, stream>>>(qkv, keys, values, cursor,
-                                                                    capacity, B, H, C);
-  CUDA_CHECK_LAUNCH();
-}
 
 void launch_static_cache_attention(const float* q, int q_row_stride, const float* keys,
                                    const float* values, const DecodePosition* cursor, int capacity,

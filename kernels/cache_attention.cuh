@@ -35,7 +35,7 @@ namespace ladder {
 ///   values[b, h, p, d] = qkv[b, 2C + h*D + d].
 /// A cursor position outside [0, capacity) writes nothing (no out-of-bounds write).
 /// Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0 or C not
-/// divisible by H.
+/// divisible by H. (The kernel is launch_store_kv_sequence's, in attention.cu.)
 void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
                                 const DecodePosition* cursor, int capacity, int B, int H, int C,
                                 cudaStream_t stream);

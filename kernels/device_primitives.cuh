@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 namespace ladder {
 
@@ -45,6 +46,18 @@ template <int kWidth>
 __device__ __forceinline__ void store_packed(float* row, std::size_t index,
                                              const PackedFloats<kWidth>& pack) {
   reinterpret_cast<PackedFloats<kWidth>*>(row)[index] = pack;
+}
+
+/// Host side: calls launch(std::integral_constant<int, 4>) when `packed` (every pointer
+/// 16-byte aligned and every row a multiple of 4 floats), else with 1, so that a
+/// launcher names its kernel once: launch = [&](auto width) { kernel<width.value>... }.
+template <typename Launch>
+void with_width(bool packed, const Launch& launch) {
+  if (packed) {
+    launch(std::integral_constant<int, 4>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
 }
 
 }  // namespace ladder

@@ -87,13 +87,12 @@ void launch_add_bias(float* x, const float* bias, int rows, int columns, cudaStr
   const bool packed = columns % 4 == 0 && launch_checks::is_16_byte_aligned(x) &&
                       launch_checks::is_16_byte_aligned(bias);
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
-  if (packed) {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count / 4, kElementwiseThreads);
-    add_bias_kernel<4><<<blocks, kElementwiseThreads, 0, stream>>>(x, bias, rows, columns);
-  } else {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count, kElementwiseThreads);
-    add_bias_kernel<1><<<blocks, kElementwiseThreads, 0, stream>>>(x, bias, rows, columns);
-  }
+  with_width(packed, [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const unsigned int blocks =
+        launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
+    add_bias_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(x, bias, rows, columns);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -104,13 +103,12 @@ void launch_gelu(const float* x, float* out, int rows, int columns, cudaStream_t
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
   const bool packed = count % 4 == 0 && launch_checks::is_16_byte_aligned(x) &&
                       launch_checks::is_16_byte_aligned(out);
-  if (packed) {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count / 4, kElementwiseThreads);
-    gelu_kernel<4><<<blocks, kElementwiseThreads, 0, stream>>>(x, out, count);
-  } else {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count, kElementwiseThreads);
-    gelu_kernel<1><<<blocks, kElementwiseThreads, 0, stream>>>(x, out, count);
-  }
+  with_width(packed, [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const unsigned int blocks =
+        launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
+    gelu_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(x, out, count);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -122,13 +120,12 @@ void launch_residual_add(float* residual, const float* x, int rows, int columns,
   const std::size_t count = static_cast<std::size_t>(rows) * static_cast<std::size_t>(columns);
   const bool packed = count % 4 == 0 && launch_checks::is_16_byte_aligned(residual) &&
                       launch_checks::is_16_byte_aligned(x);
-  if (packed) {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count / 4, kElementwiseThreads);
-    residual_add_kernel<4><<<blocks, kElementwiseThreads, 0, stream>>>(residual, x, count);
-  } else {
-    const unsigned int blocks = launch_checks::grid_stride_blocks(count, kElementwiseThreads);
-    residual_add_kernel<1><<<blocks, kElementwiseThreads, 0, stream>>>(residual, x, count);
-  }
+  with_width(packed, [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const unsigned int blocks =
+        launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
+    residual_add_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(residual, x, count);
+  });
   CUDA_CHECK_LAUNCH();
 }
 

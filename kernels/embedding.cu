@@ -59,16 +59,13 @@ void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* pos
   const bool packed = C % 4 == 0 && launch_checks::is_16_byte_aligned(wte) &&
                       launch_checks::is_16_byte_aligned(wpe) &&
                       launch_checks::is_16_byte_aligned(out);
-  const int width = packed ? 4 : 1;
-  const std::size_t packs = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C / width);
-  const unsigned int blocks = launch_checks::grid_stride_blocks(packs, kEmbeddingThreads);
-  if (packed) {
-    embedding_kernel<4><<<blocks, kEmbeddingThreads, 0, stream>>>(
+  with_width(packed, [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const std::size_t packs = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C / kWidth);
+    const unsigned int blocks = launch_checks::grid_stride_blocks(packs, kEmbeddingThreads);
+    embedding_kernel<kWidth><<<blocks, kEmbeddingThreads, 0, stream>>>(
         tokens, positions, cursor, first_position, tokens_per_row, wte, wpe, out, rows, C);
-  } else {
-    embedding_kernel<1><<<blocks, kEmbeddingThreads, 0, stream>>>(
-        tokens, positions, cursor, first_position, tokens_per_row, wte, wpe, out, rows, C);
-  }
+  });
   CUDA_CHECK_LAUNCH();
 }
 
