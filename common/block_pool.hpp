@@ -212,6 +212,10 @@ struct DeviceMemoryInfo {
   std::size_t total_bytes = 0;
 };
 
+/// cudaMemGetInfo on the current device: what the real segment and page sources
+/// report (the CPU tests' fake devices report their own numbers).
+DeviceMemoryInfo query_device_memory();
+
 /// "out of device memory: asked for X (rounded to Y); allocator holds Z reserved,
 /// W allocated; GPU has F free of T" and what to do about it.
 std::string out_of_memory_message(std::size_t asked_bytes, std::size_t rounded_bytes,

@@ -35,11 +35,7 @@ class CudaMallocSegmentSource final : public SegmentSource {
 
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-  DeviceMemoryInfo memory_info() override {
-    DeviceMemoryInfo memory;
-    CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
-    return memory;
-  }
+  DeviceMemoryInfo memory_info() override { return query_device_memory(); }
 
  private:
   // cudaMalloc allocates on the current device; memory landing on another GPU than

@@ -1,4 +1,5 @@
-// common/device_allocator.cpp - picks a device allocator by name; how allocators tear down.
+// common/device_allocator.cpp - picks a device allocator by name; how allocators tear down;
+// the device memory query both real allocators report.
 #include "common/device_allocator.hpp"
 
 #include <cstdio>
@@ -9,6 +10,12 @@
 #include "common/expandable_allocator.hpp"
 
 namespace ladder {
+
+DeviceMemoryInfo query_device_memory() {
+  DeviceMemoryInfo memory;
+  CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+  return memory;
+}
 
 void AllocatorTeardown::warn_if_allocated(const AllocatorStats& last,
                                           const char* consequence) const {

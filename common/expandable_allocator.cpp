@@ -94,11 +94,7 @@ class VirtualMemoryPageSource final : public PageSource {
 
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-  DeviceMemoryInfo memory_info() override {
-    DeviceMemoryInfo memory;
-    CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
-    return memory;
-  }
+  DeviceMemoryInfo memory_info() override { return query_device_memory(); }
 
  private:
   // One handle per page, so any page can later be unmapped and released on its own.
