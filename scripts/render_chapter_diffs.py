@@ -17,7 +17,8 @@ lines that hold only its markers:
         adds; one that is not marks nothing new and is reported.
     <!-- quote:begin PATH | ANCHOR | COUNT --> ... <!-- quote:end -->
         COUNT lines of the file PATH (from the checkout's root), starting at the first line
-        that contains ANCHOR, as a ```cpp block: the lines a page quotes stay the code's.
+        that contains ANCHOR, as a ```cpp block: the lines a page quotes stay the code's
+        (in the first chapter's README too).
 
 The blocks are generated, never edited by hand: change the code, run the script. The same
 sources give the same README, byte for byte, so running it twice changes nothing.
@@ -249,14 +250,20 @@ def main(argv) -> int:
     problems = []
     stale = []
     folders = chapter_folders(root)
-    for previous, folder in zip(folders, folders[1:]):
+    for previous, folder in zip([None] + folders, folders):
         readme = folder / "README.md"
         try:
-            if not readme.is_file():
-                raise ChapterError(f"{readme}: missing (every chapter has a README with a "
-                                   f"{DIFF_BEGIN} ... {DIFF_END} block)")
-            text = readme.read_text()
-            updated = rendered(root, previous, folder, text, readme)
+            if previous is None:  # the first chapter has no diff, only quotes
+                if not readme.is_file():
+                    continue
+                text = readme.read_text()
+                updated = with_quotes(root, text, readme)
+            else:
+                if not readme.is_file():
+                    raise ChapterError(f"{readme}: missing (every chapter has a README with a "
+                                       f"{DIFF_BEGIN} ... {DIFF_END} block)")
+                text = readme.read_text()
+                updated = rendered(root, previous, folder, text, readme)
         except ChapterError as error:
             problems.append(str(error))
             continue
@@ -270,7 +277,7 @@ def main(argv) -> int:
         print(f"render_chapter_diffs.py: {problem}", file=sys.stderr)
     for readme in stale:
         if args.check:
-            print(f"render_chapter_diffs.py: {readme}: the diff block is stale; run "
+            print(f"render_chapter_diffs.py: {readme}: a generated block is stale; run "
                   "python3 scripts/render_chapter_diffs.py", file=sys.stderr)
         else:
             print(f"render_chapter_diffs.py: wrote {readme}", file=sys.stderr)
