@@ -21,19 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"  // ExitCode
 #include "common/device_allocator.hpp"
 #include "common/device_model.hpp"
 #include "common/prompts.hpp"
 
 namespace ladder {
-
-/// Exit codes of a chapter executable.
-enum ExitCode : int {
-  kExitSuccess = 0,
-  kExitRuntimeError = 1,   ///< bad file, out of memory, CUDA failure
-  kExitUsageError = 2,     ///< bad command line
-  kExitNoCudaDevice = 3,   ///< no GPU / driver
-};
 
 struct ChapterInfo {
   std::string folder;  ///< "01_naive_decode"

@@ -143,6 +143,12 @@ output
   --kernel-profile          before the table, the kernels that took the GPU's time
                             (from the untimed CUPTI-traced run)
   --quiet                   print only the table
+
+exit codes
+  )" + std::to_string(kExitSuccess) + R"(  the table was printed
+  )" + std::to_string(kExitRuntimeError) + R"(  a bad file (config, weights, tokenizer, prompts) or a runtime error
+  )" + std::to_string(kExitUsageError) + R"(  a bad command line
+  )" + std::to_string(kExitNoCudaDevice) + R"(  no CUDA device (no NVIDIA GPU or driver)
 )";
 }
 
