@@ -230,6 +230,7 @@ class StreamInterleavingDecoder final : public ladder::Decoder {
 
     output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
+    output.steps_launched = last_enqueued + 1;  // the trace divides by these, not by `steps`
     // NEW in chapter 06: the last step enqueued (the speculative one, after an early stop)
     // must end before the tokens are read and the buffers go back to the allocator. Only
     // the `steps` real columns are read; the speculative step's column stays on the device.
