@@ -143,10 +143,10 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
       {"device", header.device},       {"precision", header.precision},
       {"weights", header.weights},     {"prompts", header.prompts},
       {"allocator", header.allocator}, {"copy_bandwidth_bytes_per_s", header.copy_bandwidth},
-      // Each configuration's memory columns start from an empty allocator cache
-      // (start_from_empty_cache); results without this field predate that.
-      {"memory_from_empty_cache", true},
   };
+  // Each configuration's memory columns start from an empty allocator cache
+  // (start_from_empty_cache); results without this field predate that.
+  document["memory_from_empty_cache"] = true;
   nlohmann::json configurations = nlohmann::json::array();
   for (const BenchmarkRow& row : rows) {
     configurations.push_back({

@@ -16,9 +16,9 @@ namespace ladder {
 /// Exit codes of a chapter executable (--help lists them).
 enum ExitCode : int {
   kExitSuccess = 0,
-  kExitRuntimeError = 1,   ///< bad file, out of memory, CUDA failure
-  kExitUsageError = 2,     ///< bad command line
-  kExitNoCudaDevice = 3,   ///< no GPU / driver
+  kExitRuntimeError = 1,  ///< bad file, out of memory, CUDA failure
+  kExitUsageError = 2,    ///< bad command line
+  kExitNoCudaDevice = 3,  ///< no GPU / driver
 };
 
 /// What a chapter run was asked to do.

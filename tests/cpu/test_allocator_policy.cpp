@@ -237,7 +237,7 @@ void run_static_cache_generation(DeviceAllocator& allocator, int new_tokens) {
   for (const std::size_t bytes :
        {B * sizeof(std::int32_t), B * sizeof(std::int32_t), sizeof(std::int32_t),
         B * new_tokens * sizeof(std::int32_t), B * sizeof(std::int32_t), 2 * sizeof(std::int32_t)})
-    blocks.push_back(allocator.allocate(bytes, stream));  // prompts, flags, ids, cursor
+    blocks.push_back(allocator.allocate(bytes, stream));       // prompts, flags, ids, cursor
   for (std::size_t tensor = 0; tensor < 2 * layers; ++tensor)  // keys and values, [B, H, cap, D]
     blocks.push_back(allocator.allocate(B * capacity * C * sizeof(float), stream));
   for (const std::size_t columns : {C, C, 3 * C, C, C, 4 * C, C, V})  // activations, logits

@@ -90,7 +90,8 @@ TEST_CASE("validate names the offending field", "[config]") {
   }
   SECTION("non-finite epsilon") {
     config.layer_norm_epsilon = std::numeric_limits<float>::infinity();
-    REQUIRE_THROWS_WITH(config.validate(), Contains("layer_norm_epsilon must be positive and finite"));
+    REQUIRE_THROWS_WITH(config.validate(),
+                        Contains("layer_norm_epsilon must be positive and finite"));
   }
   SECTION("a head size the attention kernels refuse") {
     config.n_head = 4;  // 768 / 4 = 192 > kMaxHeadDim

@@ -9,9 +9,9 @@
 
 #include "common/cuda_check.hpp"
 
+using Catch::Matchers::Contains;
 using ladder::classify_device_count;
 using ladder::DeviceAvailability;
-using Catch::Matchers::Contains;
 
 TEST_CASE("no GPU or no driver is absent: the one answer that may skip", "[device]") {
   std::string reason;
@@ -38,12 +38,13 @@ TEST_CASE("any other error is a broken device, named in the reason", "[device]")
   }
 }
 
-TEST_CASE("require_cuda_device fails as a CUDA error, not as no device, when broken",
-          "[device]") {
+TEST_CASE("require_cuda_device fails as a CUDA error, not as no device, when broken", "[device]") {
   // What this machine answers decides the branch; each must match its exception.
   std::string reason;
   switch (ladder::query_device_availability(&reason)) {
-    case DeviceAvailability::usable: CHECK_NOTHROW(ladder::require_cuda_device()); break;
+    case DeviceAvailability::usable:
+      CHECK_NOTHROW(ladder::require_cuda_device());
+      break;
     case DeviceAvailability::absent:
       CHECK_THROWS_AS(ladder::require_cuda_device(), ladder::NoCudaDevice);
       break;

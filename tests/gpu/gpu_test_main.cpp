@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   if (!only_lists_tests(argc, argv)) {
     std::string reason;
     switch (ladder::query_device_availability(&reason)) {
-      case ladder::DeviceAvailability::usable: break;
+      case ladder::DeviceAvailability::usable:
+        break;
       case ladder::DeviceAvailability::absent:
         std::printf("SKIPPED: %s; GPU tests need an NVIDIA GPU\n", reason.c_str());
         return LADDER_SKIP_RETURN_CODE;
