@@ -15,7 +15,7 @@
 // summed inside the kernel, and no split at all - and prints the microseconds per product. Weights and inputs are zero: the time of a
 // dense fp32 product does not depend on the values.
 //
-// Run:  build/native/bench/epilogue_fusion [--batch B]
+// Run:  build/current/bench/epilogue_fusion [--batch B]
 #include <cuda_runtime.h>
 
 #include <cstdio>

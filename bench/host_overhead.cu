@@ -9,7 +9,7 @@
 // the median of 7 such rounds, divided by 200. Compare the column with the GPU time of
 // the same kernels (any chapter's --kernel-profile) to see which side is the bottleneck.
 //
-// Run:  build/native/bench/host_overhead [--batch B]
+// Run:  build/current/bench/host_overhead [--batch B]
 #include <cuda_runtime.h>
 
 #include <chrono>

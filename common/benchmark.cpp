@@ -144,6 +144,9 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
       {"weights", header.weights},     {"prompts", header.prompts},
       {"allocator", header.allocator}, {"copy_bandwidth_bytes_per_s", header.copy_bandwidth},
   };
+  // Each configuration's memory columns start from an empty allocator cache
+  // (start_from_empty_cache); results without this field predate that.
+  document["memory_from_empty_cache"] = true;
   nlohmann::json configurations = nlohmann::json::array();
   for (const BenchmarkRow& row : rows) {
     configurations.push_back({

@@ -60,6 +60,23 @@ DeviceBuffer upload_forced_tokens(DeviceAllocator& allocator, const PromptBatch&
   return forced;
 }
 
+void start_from_empty_cache(DeviceAllocator& allocator) {
+  allocator.empty_cache();
+  allocator.reset_peak_stats();
+}
+
+void fill_traced_columns(const GpuActivitySummary& activity, const GenerationOutput& traced,
+                         BenchmarkRow& row) {
+  const double steps = std::max(traced.launched_steps(), 1);
+  row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
+  row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
+  row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
+  row.gpu_idle_between_steps = activity.timeline.step_openings > 1
+                                   ? activity.timeline.idle_between_steps_seconds /
+                                         static_cast<double>(activity.timeline.step_openings - 1)
+                                   : -1;
+}
+
 namespace {
 
 /// Everything decided from the command line and the config before touching the GPU,
@@ -201,15 +218,9 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   LogitsRecorder no_logits;
   const GenerationOutput traced = decoder.generate(prompts, new_tokens, no_logits);
   const GpuActivitySummary activity = trace->collect();
-  const double steps = traced.steps > 0 ? traced.steps : 1;
-  row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
-  row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
-  row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
-  row.gpu_idle_between_steps = activity.timeline.step_openings > 1
-                                   ? activity.timeline.idle_between_steps_seconds /
-                                         static_cast<double>(activity.timeline.step_openings - 1)
-                                   : -1;
+  fill_traced_columns(activity, traced, row);
   if (!print_kernels) return;
+  const double steps = std::max(traced.launched_steps(), 1);
   std::printf(
       "batch %d, %d new tokens: GPU busy %.3f ms of %.3f ms per step; host inside CUDA calls "
       "that do not wait for the GPU %.3f ms per step (tracing adds to it); by kernel:\n",
@@ -265,6 +276,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
       row.batch = batch;
       row.new_tokens = new_tokens;
       row.prompt_length = prompts.length;
+      start_from_empty_cache(decoder->allocator());
       for (int run_index = 0; run_index < options.warmup_runs; ++run_index) {
         NvtxRange range("warm-up run");
         decoder->generate(prompts, new_tokens, no_logits);

@@ -21,19 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "common/benchmark.hpp"
+#include "common/cli.hpp"  // ExitCode
 #include "common/device_allocator.hpp"
 #include "common/device_model.hpp"
+#include "common/gpu_activity.hpp"
 #include "common/prompts.hpp"
 
 namespace ladder {
-
-/// Exit codes of a chapter executable.
-enum ExitCode : int {
-  kExitSuccess = 0,
-  kExitRuntimeError = 1,   ///< bad file, out of memory, CUDA failure
-  kExitUsageError = 2,     ///< bad command line
-  kExitNoCudaDevice = 3,   ///< no GPU / driver
-};
 
 struct ChapterInfo {
   std::string folder;  ///< "01_naive_decode"
@@ -53,6 +48,11 @@ struct GenerationOutput {
   std::vector<std::int32_t> tokens;  ///< [batch, steps]
   std::int64_t host_syncs = 0;       ///< times the host waited for the GPU inside the loop
   std::uint64_t loop_allocations = 0;  ///< allocator calls made inside the decode loop
+  /// Steps enqueued on the GPU when that is more than `steps` (a pipelined decoder's
+  /// speculative step past the stop, which ran but is not kept); 0: exactly `steps`.
+  int steps_launched = 0;
+
+  int launched_steps() const { return steps_launched > steps ? steps_launched : steps; }
 };
 
 /// Copies each step's logits to the host when a test asks for them (--dump-logits);
@@ -102,6 +102,18 @@ std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_g
 /// empty buffer (a null pointer) when the prompts force nothing.
 DeviceBuffer upload_forced_tokens(DeviceAllocator& allocator, const PromptBatch& prompts,
                                   int max_new_tokens, cudaStream_t stream);
+
+/// Before a configuration's warm-up: the memory earlier configurations of this process
+/// left cached goes back to the driver and the peaks restart, so the memory columns say
+/// what this configuration takes from an empty cache, as in a fresh process (the PyTorch
+/// baseline empties its cache the same way).
+void start_from_empty_cache(DeviceAllocator& allocator);
+
+/// The traced run's per-step columns (kernels, copies, GPU idle): what the trace
+/// counted divided by the steps `traced` launched, since the trace also saw the work of
+/// a speculative step that was not kept.
+void fill_traced_columns(const GpuActivitySummary& activity, const GenerationOutput& traced,
+                         BenchmarkRow& row);
 
 using DecoderFactory =
     std::function<std::unique_ptr<Decoder>(const DeviceModel&, const DecoderOptions&)>;

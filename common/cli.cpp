@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace ladder {
 
@@ -111,7 +112,7 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
 }
 
 std::string run_options_usage(const std::string& program) {
-  return "usage: " + program + R"( [flags]
+  std::string usage = "usage: " + program + R"( [flags]
 
 Generates tokens with GPT-2 (greedy, batch of prompts) and prints the timing and
 memory table for every (batch, new tokens) configuration.
@@ -143,7 +144,18 @@ output
   --kernel-profile          before the table, the kernels that took the GPU's time
                             (from the untimed CUPTI-traced run)
   --quiet                   print only the table
+
+exit codes
 )";
+  const std::pair<ExitCode, const char*> exit_codes[] = {
+      {kExitSuccess, "the table was printed"},
+      {kExitRuntimeError, "a bad file (config, weights, tokenizer, prompts) or a runtime error"},
+      {kExitUsageError, "a bad command line"},
+      {kExitNoCudaDevice, "no CUDA device (no NVIDIA GPU or driver)"},
+  };
+  for (const auto& [code, meaning] : exit_codes)
+    usage += "  " + std::to_string(code) + "  " + meaning + "\n";
+  return usage;
 }
 
 }  // namespace ladder

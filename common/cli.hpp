@@ -13,6 +13,14 @@
 
 namespace ladder {
 
+/// Exit codes of a chapter executable (--help lists them).
+enum ExitCode : int {
+  kExitSuccess = 0,
+  kExitRuntimeError = 1,  ///< bad file, out of memory, CUDA failure
+  kExitUsageError = 2,    ///< bad command line
+  kExitNoCudaDevice = 3,  ///< no GPU / driver
+};
+
 /// What a chapter run was asked to do.
 struct RunOptions {
   std::vector<int> batch_sizes{32};             ///< --batch 32 or --batch 1,8,32,64
@@ -41,7 +49,7 @@ struct RunOptions {
 /// Parses argv; throws std::invalid_argument("--flag: what is wrong") on bad input.
 RunOptions parse_run_options(int argc, const char* const* argv);
 
-/// The --help text.
+/// The --help text: every flag, then the exit codes.
 std::string run_options_usage(const std::string& program);
 
 }  // namespace ladder

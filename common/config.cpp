@@ -7,11 +7,14 @@
 // because running such a model anyway would produce plausible but wrong tokens.
 #include "common/config.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "kernels/kernel_limits.hpp"
 
 namespace ladder {
 
@@ -78,7 +81,12 @@ Gpt2Config parse_config(const nlohmann::json& json) {
   if (epsilon != json.end() && !epsilon->is_null()) {
     if (!epsilon->is_number())
       throw std::invalid_argument("layer_norm_epsilon must be a number, got " + epsilon->dump());
-    config.layer_norm_epsilon = epsilon->get<float>();
+    // Read wide and checked, since a double past float's range has no float value.
+    const auto wide = epsilon->get<double>();
+    if (!std::isfinite(wide) || std::fabs(wide) > std::numeric_limits<float>::max())
+      throw std::invalid_argument("layer_norm_epsilon " + epsilon->dump() +
+                                  " is not a finite float");
+    config.layer_norm_epsilon = static_cast<float>(wide);
   }
 
   // The MLP width is fixed at 4 n_embd by the parameter layout.
@@ -98,9 +106,18 @@ void Gpt2Config::validate() const {
   if (n_embd % n_head != 0)
     throw std::invalid_argument("n_embd " + std::to_string(n_embd) +
                                 " must be divisible by n_head " + std::to_string(n_head));
-  if (!(layer_norm_epsilon > 0.0f))
-    throw std::invalid_argument("layer_norm_epsilon must be positive, got " +
+  if (!std::isfinite(layer_norm_epsilon) || !(layer_norm_epsilon > 0.0f))
+    throw std::invalid_argument("layer_norm_epsilon must be positive and finite, got " +
                                 std::to_string(layer_norm_epsilon));
+  // What the kernels refuse, refused here too: before any weight reaches the device.
+  if (head_dim() > kMaxHeadDim)
+    throw std::invalid_argument("head size n_embd / n_head = " + std::to_string(head_dim()) +
+                                " exceeds " + std::to_string(kMaxHeadDim) +
+                                ", the largest the attention kernels take");
+  if (n_embd > kMaxLayernormC)
+    throw std::invalid_argument("n_embd " + std::to_string(n_embd) + " exceeds " +
+                                std::to_string(kMaxLayernormC) +
+                                ", the longest row the LayerNorm kernels take");
   require_token_in_vocabulary(bos_token_id, vocab_size, "bos_token_id");
   require_token_in_vocabulary(eos_token_id, vocab_size, "eos_token_id");
 }

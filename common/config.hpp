@@ -24,7 +24,8 @@ struct Gpt2Config {
 
   /// Throws std::invalid_argument naming the offending field unless the config
   /// describes a GPT-2 this code can run (positive sizes, n_embd divisible by n_head,
-  /// token ids inside the vocabulary).
+  /// a positive finite epsilon, token ids inside the vocabulary, and the kernels'
+  /// limits of kernels/kernel_limits.hpp: head size <= 128, n_embd <= 2048).
   void validate() const;
 
   /// Reads a Hugging Face config.json (model_type "gpt2", activation "gelu_new").

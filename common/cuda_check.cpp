@@ -71,24 +71,31 @@ void throw_driver_error(CUresult status, const char* call, const char* file, int
   throw CudaError(message);
 }
 
-bool cuda_device_available(std::string* reason) {
+DeviceAvailability classify_device_count(cudaError_t status, int count, std::string* reason) {
+  if (status == cudaSuccess && count > 0) return DeviceAvailability::usable;
+  const bool absent =
+      status == cudaSuccess || status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver;
+  if (reason != nullptr)
+    *reason = absent ? std::string("no CUDA device found (no NVIDIA GPU or driver on this machine)")
+                     : std::string("the CUDA device cannot be used: cudaGetDeviceCount failed: ") +
+                           cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+  return absent ? DeviceAvailability::absent : DeviceAvailability::broken;
+}
+
+DeviceAvailability query_device_availability(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status == cudaSuccess && count > 0) return true;
-  if (reason != nullptr) {
-    if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice || count == 0) {
-      *reason = "no CUDA device found (no NVIDIA GPU or driver on this machine)";
-    } else {
-      *reason = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
-    }
-  }
   cudaGetLastError();  // clear this (non-sticky) error so that later calls start clean
-  return false;
+  return classify_device_count(status, count, reason);
 }
 
 void require_cuda_device() {
   std::string reason;
-  if (!cuda_device_available(&reason)) throw NoCudaDevice(reason);
+  switch (query_device_availability(&reason)) {
+    case DeviceAvailability::usable: return;
+    case DeviceAvailability::absent: throw NoCudaDevice(reason);
+    case DeviceAvailability::broken: throw CudaError(reason);
+  }
 }
 
 std::string format_bytes(double bytes) {

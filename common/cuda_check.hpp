@@ -40,13 +40,25 @@ class DeviceOutOfMemory : public std::runtime_error {
 /// Human-readable name of a cuBLAS status.
 const char* cublas_status_name(cublasStatus_t status);
 
-/// Throws NoCudaDevice with an actionable message unless a CUDA device can be used.
-/// Turns "CUDA driver version is insufficient" (what the runtime says on a machine
-/// with no driver at all) into "no CUDA device found".
-void require_cuda_device();
+/// What cudaGetDeviceCount's answer says about this machine.
+enum class DeviceAvailability {
+  usable,  ///< at least one device
+  absent,  ///< no GPU or no driver: the only answer that lets GPU work be skipped
+  broken,  ///< a GPU and driver that fail (driver/runtime mismatch, failed initialisation)
+};
 
-/// True when a CUDA device can be used; `reason` receives why not otherwise.
-bool cuda_device_available(std::string* reason = nullptr);
+/// Classifies an answer of cudaGetDeviceCount: absent for cudaErrorNoDevice,
+/// cudaErrorInsufficientDriver (what the runtime says on a machine with no driver at
+/// all) or a count of 0; broken for every other error. Otherwise `reason` receives one
+/// line saying why no device can be used.
+DeviceAvailability classify_device_count(cudaError_t status, int count, std::string* reason);
+
+/// Asks cudaGetDeviceCount and classifies its answer (clearing the error it leaves).
+DeviceAvailability query_device_availability(std::string* reason = nullptr);
+
+/// Throws NoCudaDevice when there is no device or no driver ("no CUDA device found"),
+/// CudaError when the device is there but fails, and returns when one can be used.
+void require_cuda_device();
 
 /// Formats a byte count as "1.23 GiB" / "512 KiB".
 std::string format_bytes(double bytes);

@@ -2,6 +2,7 @@
 #include "common/prompts.hpp"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -13,6 +14,17 @@ namespace {
 
 void require_positive(int value, const char* what) {
   if (value <= 0) throw std::invalid_argument(std::string(what) + " must be positive");
+}
+
+/// batch x length, the ids a batch holds; refused above 2^31 - 1, the most the kernels
+/// index with an int (and more than fits an int here).
+std::size_t prompt_token_count(int batch, int length) {
+  const std::size_t count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(length);
+  if (count > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw std::invalid_argument(std::to_string(batch) + " prompts of " + std::to_string(length) +
+                                " tokens are " + std::to_string(count) +
+                                " ids, more than the 2^31 - 1 a batch can hold");
+  return count;
 }
 
 }  // namespace
@@ -34,7 +46,10 @@ PromptBatch repeated_prompt(const std::vector<std::int32_t>& ids, int batch) {
   if (ids.empty()) throw std::invalid_argument("the prompt is empty after tokenization");
   PromptBatch prompts;
   prompts.batch = batch;
+  if (ids.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw std::invalid_argument("the prompt holds more than 2^31 - 1 ids");
   prompts.length = static_cast<int>(ids.size());
+  prompts.tokens.reserve(prompt_token_count(batch, prompts.length));
   for (int b = 0; b < batch; ++b)
     prompts.tokens.insert(prompts.tokens.end(), ids.begin(), ids.end());
   return prompts;
@@ -48,10 +63,11 @@ PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_i
   PromptBatch prompts;
   prompts.batch = batch;
   prompts.length = length;
-  prompts.tokens.reserve(static_cast<std::size_t>(batch) * length);
+  const std::size_t count = prompt_token_count(batch, length);
+  prompts.tokens.reserve(count);
   std::uint64_t state = seed ^ 0x70726F6D707473ull;  // "prompts": keeps them apart from the weights
   const auto choices = static_cast<std::uint64_t>(vocab_size - 1);
-  for (int i = 0; i < batch * length; ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     auto id = static_cast<std::int32_t>(splitmix64_next(state) % choices);
     if (id >= excluded_id) ++id;  // skip the excluded id without bias
     prompts.tokens.push_back(id);
@@ -102,7 +118,10 @@ PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows
   if (rows.empty()) throw std::invalid_argument("no prompt rows");
   PromptBatch prompts;
   prompts.batch = batch;
+  if (rows.front().size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw std::invalid_argument("a prompt row holds more than 2^31 - 1 ids");
   prompts.length = static_cast<int>(rows.front().size());
+  prompts.tokens.reserve(prompt_token_count(batch, prompts.length));
   for (int b = 0; b < batch; ++b) {
     const auto& row = rows[static_cast<std::size_t>(b) % rows.size()];
     if (static_cast<int>(row.size()) != prompts.length)

@@ -31,6 +31,8 @@ PromptBatch repeated_prompt(const std::vector<std::int32_t>& ids, int batch);
 
 /// Per-row random ids in [0, vocab_size) other than `excluded_id` (the EOS id, so no
 /// row is finished before it starts). Deterministic in `seed` on every machine.
+/// Throws std::invalid_argument when batch x length exceeds 2^31 - 1 ids (as do the
+/// other builders below).
 PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_id,
                            std::uint64_t seed);
 

@@ -15,11 +15,9 @@
 
 #include <cuda_runtime.h>
 
-namespace ladder {
+#include "kernels/kernel_limits.hpp"  // kMaxHeadDim
 
-/// Largest head size D = C / H the attention kernels accept (one warp holds a row
-/// of D values as D / 32 registers per lane).
-constexpr int kMaxHeadDim = 128;
+namespace ladder {
 
 /// Causal attention over whole sequences: for every b, h and query t,
 ///   out[b, t, head h] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s,

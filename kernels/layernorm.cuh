@@ -9,11 +9,9 @@
 
 #include <cuda_runtime.h>
 
-namespace ladder {
+#include "kernels/kernel_limits.hpp"  // kMaxLayernormC
 
-/// The longest row the LayerNorm launchers accept (every GPT-2 size; the largest,
-/// GPT-2 XL, has C = 1600).
-constexpr int kMaxLayernormC = 2048;
+namespace ladder {
 
 /// LayerNorm of each of the `rows` rows of x into out (out may equal x: in place).
 /// One block per row, the row in registers; two passes over it (mean, then the sum of

@@ -29,8 +29,14 @@
 # LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the SPEC's PyTorch
 # anchors: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
 # LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g. "--precision
-# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too). Without a GPU the first chapter says "no CUDA device found" and the job
-# stops there with its exit code.
+# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too).
+#
+# Nothing is lost when a run does not complete. Without a GPU (nvidia-smi lists none) the
+# job says so in one line and exits with code 3 before it builds or writes anything. A
+# run writes into a fresh folder beside RESULTS_DIR (RESULTS_DIR.partial.XXXXXX, a copy
+# of RESULTS_DIR's files) and replaces RESULTS_DIR with it only once every chapter and
+# the PyTorch step are done; a run that stops half-way (a chapter fails or finds no
+# device, Ctrl-C) removes that folder and leaves RESULTS_DIR as it was.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,9 +69,42 @@ pytorch_runs=${LADDER_PYTORCH_RUNS:-3}
   error "LADDER_PYTORCH_RUNS must be a whole number >= 1, not '$pytorch_runs'"
 [ "$pytorch_runs" -gt "$runs" ] && pytorch_runs=$runs
 out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
+out=${out%/}
 main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
 [ $pytorch_only = 1 ] && [ $pytorch = 0 ] && error "--pytorch-only and --no-pytorch exclude each other"
 command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
+
+# ---- a device, before anything is built or written
+# nvidia-smi answers without the build; where it is missing, the driver's /proc entry
+# does. (The chapters check again, and a run that stops leaves RESULTS_DIR as it was.)
+gpu_visible() {
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L >/dev/null 2>&1
+  else
+    compgen -G "/proc/driver/nvidia/gpus/*" >/dev/null
+  fi
+}
+if ! gpu_visible; then
+  echo "run_ladder.sh: error: no CUDA device found (nvidia-smi lists no GPU): nothing was" \
+       "built or run, and $out is unchanged" >&2
+  exit 3
+fi
+
+# ---- a fresh folder for this run, which replaces $out only once the run has completed
+mkdir -p "$(dirname "$out")"
+staging=$(mktemp -d "${out%/}.partial.XXXXXX")
+chmod u=rwx,go=rx "$staging"
+previous="$staging.previous"
+replaced=0
+finish() {
+  local status=$?
+  rm -rf "$staging" "$previous"
+  if [ $status -ne 0 ] && [ $replaced = 0 ]; then
+    echo "run_ladder.sh: the run did not complete: $out is as it was" >&2
+  fi
+}
+trap finish EXIT
+if [ -d "$out" ]; then cp -a "$out"/. "$staging"/; fi
 
 # The tree as it is before this run adds results: which commit, and whether a tracked file
 # was edited (untracked files, such as carried dependency packages, do not count).
@@ -112,8 +151,8 @@ for folder in chapters/[0-9][0-9]_*/; do
 done
 [ ${#chapters[@]} -gt 0 ] || error "no chapter executables in build/$preset/chapters"
 
-mkdir -p "$out"
-rm -f "$out"/[0-9][0-9]_*.json "$out"/pytorch_*.json "$out"/run.json "$out"/summary.md
+rm -f "$staging"/[0-9][0-9]_*.json "$staging"/pytorch_*.json "$staging"/run.json \
+  "$staging"/summary.md
 run_chapter() {  # name, label, chapter flags...
   local name=$1 label=$2
   shift 2
@@ -132,9 +171,9 @@ index=0
 for name in "${chapters[@]}"; do
   index=$((index + 1))
   run_chapter "$name" "B = 32, N = $main_tokens" --batch 32 --new-tokens "$main_tokens" \
-    --json "$out/$name.json"
+    --json "$staging/$name.json"
   run_chapter "$name" "batch sweep B = 1, 8, 64, N = 100" --batch 1,8,64 --new-tokens 100 \
-    --json "$out/$name.sweep.json"
+    --json "$staging/$name.sweep.json"
 done
 
 # ---- the run
@@ -142,7 +181,7 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/\1 (\2)/p' || true)
 RUN_GPU=${gpu%%, *} RUN_DRIVER=${gpu##*, } RUN_CUDA=$cuda RUN_COMMIT=$commit RUN_DIRTY=$dirty \
 RUN_PRESET=$preset RUN_RUNS=$runs RUN_DATE=$(date -u +"%Y-%m-%d %H:%M UTC") \
-python3 - "$out" <<'EOF'
+python3 - "$staging" <<'EOF'
 import json, os, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
 bandwidths = [json.loads(path.read_text()).get("copy_bandwidth_bytes_per_s", 0)
@@ -165,7 +204,7 @@ fi
 # ---- PyTorch side by side
 if [ $pytorch = 1 ]; then
   if why=$(python3 -c "import torch, transformers" 2>&1); then
-    pytorch_flags=(--out "$out" --new-tokens "$main_tokens" --runs "$pytorch_runs"
+    pytorch_flags=(--out "$staging" --new-tokens "$main_tokens" --runs "$pytorch_runs"
                    --naive-runs "$pytorch_runs")
     read -r -a extra_pytorch <<< "${LADDER_PYTORCH_FLAGS:-}"
     echo
@@ -173,7 +212,7 @@ if [ $pytorch = 1 ]; then
     python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
       echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
     if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
-      python3 scripts/pytorch_baseline.py --out "$out" --batch 1,8,64 --new-tokens 100 \
+      python3 scripts/pytorch_baseline.py --out "$staging" --batch 1,8,64 --new-tokens 100 \
         --runs "$pytorch_runs" --naive-runs "$pytorch_runs" --suffix sweep "${extra_pytorch[@]}" ||
         echo "run_ladder.sh: the PyTorch batch sweep failed (exit $?)" >&2
     fi
@@ -181,6 +220,12 @@ if [ $pytorch = 1 ]; then
     echo "run_ladder.sh: PyTorch rows skipped: python3 cannot import torch and transformers ($(echo "$why" | tail -1))"
   fi
 fi
+
+# ---- the run has completed: its folder replaces $out
+if [ -d "$out" ]; then mv "$out" "$previous"; fi
+mv "$staging" "$out"
+replaced=1
+rm -rf "$previous"
 
 # ---- the table
 render_flags=()

@@ -7,8 +7,8 @@
 // growing, short-lived buffers fragment its memory the way they do in PyTorch. After
 // every step the host reads the "all rows finished" flag with a blocking copy.
 //
-// Run:      build/native/chapters/01_naive_decode              (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/01_naive_decode --new-tokens 20
+// Run:      build/current/chapters/01_naive_decode              (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/01_naive_decode --new-tokens 20
 //           (each "step" range ends in a blocking device-to-host copy: the per-step sync)
 //
 // Notation: B rows, T tokens so far, C = n_embd, H heads, V vocabulary.

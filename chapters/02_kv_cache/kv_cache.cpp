@@ -11,8 +11,8 @@
 // churn of ever longer blocks through the allocator, are this chapter's cost;
 // chapters 03 and 04 remove them.
 //
-// Run:      build/native/chapters/02_kv_cache              (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/02_kv_cache --new-tokens 20
+// Run:      build/current/chapters/02_kv_cache              (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/02_kv_cache --new-tokens 20
 //           (step 0 holds the "prefill" range; every later step 12 "grow kv cache" ranges)
 //
 // Notation: B rows, T prompt tokens, L cached positions, C = n_embd, H heads,

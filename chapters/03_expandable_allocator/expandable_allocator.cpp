@@ -12,8 +12,8 @@
 // demand (cuMemCreate, cuMemMap, cuMemSetAccess): a segment grows in place, and a
 // freed block merges with its free neighbours instead of being stranded.
 //
-// Run:      build/native/chapters/03_expandable_allocator   (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/03_expandable_allocator
+// Run:      build/current/chapters/03_expandable_allocator   (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/03_expandable_allocator
 //           --new-tokens 20   (the table's peak resv and frag against chapter 02's)
 //
 // Notation: B rows, T prompt tokens, L cached positions, C = n_embd, H heads,

@@ -12,8 +12,8 @@
 // the WHOLE cache every step, the positions not yet written masked out, so early
 // steps read mostly unused cache. Chapter 05 attends over the valid length only.
 //
-// Run:      build/native/chapters/04_static_cache              (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/04_static_cache --new-tokens 20
+// Run:      build/current/chapters/04_static_cache              (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/04_static_cache --new-tokens 20
 //           (no "grow kv cache" ranges; static_cache_attention_kernel takes as long at
 //           step 1 as at the last step: it always reads the whole cache)
 //

@@ -17,8 +17,8 @@
 // records the EOS flags. The loop, the static cache and the device cursor are chapter
 // 04's.
 //
-// Run:      build/native/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/05_fused_kernels --new-tokens 20
+// Run:      build/current/chapters/05_fused_kernels              (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/05_fused_kernels --new-tokens 20
 //           (per layer: three matmuls with fused epilogues, fused_decode_attention_kernel,
 //           layernorm_row_kernel twice; no gelu, residual_add or append kernels)
 //

@@ -12,8 +12,8 @@
 // already run ahead: it is speculative, and nothing it produced is kept, so the tokens
 // and the stop step equal every other chapter's. The kernels are chapter 05's.
 //
-// Run:      build/native/chapters/06_stream_interleaving        (B = 32; N = 100, 200, 400)
-// Profile:  nsys profile -t cuda,nvtx build/native/chapters/06_stream_interleaving
+// Run:      build/current/chapters/06_stream_interleaving        (B = 32; N = 100, 200, 400)
+// Profile:  nsys profile -t cuda,nvtx build/current/chapters/06_stream_interleaving
 //           --new-tokens 20 --batch 1   (the steps alternate between two streams, each
 //           starting where the other ends; the "check previous step" ranges on the host
 //           overlap the next step on the GPU)
@@ -181,6 +181,7 @@ class Gpt2Decoder final : public Decoder {
 
     output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
+    output.steps_launched = last_enqueued + 1;  // the trace divides by these, not by `steps`
     // NEW in chapter 06: the last step enqueued (the speculative one, after an early stop)
     // must end before the tokens are read and the buffers go back to the allocator. Only
     // the `steps` real columns are read; the speculative step's column stays on the device.

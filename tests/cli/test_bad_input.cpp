@@ -56,6 +56,21 @@ TEST_CASE("every chapter exists and prints its usage", "[cli]") {
   }
 }
 
+TEST_CASE("--help lists the exit codes the tests below expect", "[cli]") {
+  for (const std::string& chapter : chapter_names()) {
+    const auto result = run_chapter_process(chapter, {"--help"});
+    INFO(chapter << " printed: " << result.output);
+    CHECK(result.output.find("\nexit codes\n") != std::string::npos);
+    CHECK(result.output.find("  0  the table was printed") != std::string::npos);
+    CHECK(result.output.find("  " + std::to_string(kRuntimeError) + "  a bad file") !=
+          std::string::npos);
+    CHECK(result.output.find("  " + std::to_string(kUsageError) + "  a bad command line") !=
+          std::string::npos);
+    CHECK(result.output.find("  " + std::to_string(kNoCudaDevice) + "  no CUDA device") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("bad command-line values are refused", "[cli]") {
   expect_refusal({"--batch", "0"}, kUsageError, "--batch");
   expect_refusal({"--batch", "-3"}, kUsageError, "--batch");
@@ -98,6 +113,24 @@ TEST_CASE("missing and corrupt checkpoint files are refused", "[cli]") {
   REQUIRE(bytes.size() > 1000);
   write_file(directory + "/model.safetensors", bytes.substr(0, bytes.size() / 2));
   expect_refusal({"--weights", directory}, kRuntimeError, "model.safetensors");
+}
+
+TEST_CASE("a config the kernels cannot run is refused as a bad file, before the GPU check",
+          "[cli]") {
+  // CUDA_VISIBLE_DEVICES=-1: were the config accepted, the chapter would say "no CUDA
+  // device" (exit 3) instead; on a GPU machine it would fail inside the generation.
+  const std::string directory = make_temporary_directory("ladder-cli");
+  const std::string config = directory + "/config.json";
+  const std::string no_gpu = "CUDA_VISIBLE_DEVICES=-1";
+  write_file(config, R"({"n_embd": 512, "n_head": 2, "n_layer": 1})");
+  expect_refusal({"--config", config}, kRuntimeError, "head size n_embd / n_head = 256", no_gpu);
+  write_file(config, R"({"n_embd": 2304, "n_head": 24, "n_layer": 1})");
+  expect_refusal({"--config", config}, kRuntimeError, "n_embd 2304 exceeds 2048", no_gpu);
+  write_file(config, R"({"layer_norm_epsilon": 1e39})");
+  expect_refusal({"--config", config}, kRuntimeError, "not a finite float", no_gpu);
+  write_file(config, R"({"layer_norm_epsilon": -1e-5})");
+  expect_refusal({"--config", config}, kRuntimeError, "layer_norm_epsilon must be positive",
+                 no_gpu);
 }
 
 TEST_CASE("unreadable and malformed prompt files are refused", "[cli]") {

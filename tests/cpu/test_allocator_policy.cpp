@@ -24,6 +24,7 @@
 
 #include "common/block_pool.hpp"
 #include "common/caching_allocator.hpp"
+#include "common/chapter_runner.hpp"
 #include "common/cuda_check.hpp"
 #include "common/expandable_allocator.hpp"
 #include "tests/support/allocator_checks.hpp"
@@ -225,9 +226,64 @@ AllocatorStats run_growing_kv_cache(DeviceAllocator& allocator, int max_length) 
   return stats;
 }
 
+// The allocations of one generation of chapter 04 (static KV cache) at batch 32 with
+// BOS prompts on GPT-2 small's sizes: every buffer taken at the start, sized for
+// 1 + new_tokens positions, and given back at the end.
+void run_static_cache_generation(DeviceAllocator& allocator, int new_tokens) {
+  constexpr std::size_t B = 32, C = 768, V = 50257, layers = 12;
+  const std::size_t capacity = 1 + static_cast<std::size_t>(new_tokens);
+  const cudaStream_t stream = fake_stream(1);
+  std::vector<void*> blocks;
+  for (const std::size_t bytes :
+       {B * sizeof(std::int32_t), B * sizeof(std::int32_t), sizeof(std::int32_t),
+        B * new_tokens * sizeof(std::int32_t), B * sizeof(std::int32_t), 2 * sizeof(std::int32_t)})
+    blocks.push_back(allocator.allocate(bytes, stream));       // prompts, flags, ids, cursor
+  for (std::size_t tensor = 0; tensor < 2 * layers; ++tensor)  // keys and values, [B, H, cap, D]
+    blocks.push_back(allocator.allocate(B * capacity * C * sizeof(float), stream));
+  for (const std::size_t columns : {C, C, 3 * C, C, C, 4 * C, C, V})  // activations, logits
+    blocks.push_back(allocator.allocate(B * columns * sizeof(float), stream));
+  for (void* block : blocks) allocator.deallocate(block);
+}
+
+// One configuration as the chapter runner measures it: from an empty cache, a warm-up
+// run, then a timed run whose peaks fill the table.
+AllocatorStats measure_configuration(DeviceAllocator& allocator, int new_tokens) {
+  start_from_empty_cache(allocator);
+  run_static_cache_generation(allocator, new_tokens);  // warm-up
+  allocator.reset_peak_stats();
+  run_static_cache_generation(allocator, new_tokens);  // timed
+  return allocator.stats();
+}
+
 }  // namespace
 
 // ================================================================ shared policy
+
+TEMPLATE_TEST_CASE("a configuration's memory columns do not depend on the ones run before it",
+                   "[allocator]", CachingAllocator, ExpandableAllocator) {
+  FakeDevice device;
+  device.total_bytes = 140 * gibibytes;
+  // The peaks of the last of `new_token_counts`, run in order by one allocator that
+  // holds a block throughout, as a decoder holds its matmul workspace.
+  const auto last_configuration = [&device](std::initializer_list<int> new_token_counts) {
+    const auto allocator = make_fake_allocator<TestType>(device);
+    void* workspace = allocator->allocate(32 * mebibytes, fake_stream(1));
+    AllocatorStats stats;
+    for (int new_tokens : new_token_counts) stats = measure_configuration(*allocator, new_tokens);
+    allocator->deallocate(workspace);
+    return stats;
+  };
+  const AllocatorStats alone = last_configuration({400});
+  const AllocatorStats after_200 = last_configuration({200, 400});
+  const AllocatorStats after_100_200 = last_configuration({100, 200, 400});
+  INFO("peak reserved at N = 400: alone " << alone.peak_reserved_bytes << " B, after N = 200 "
+                                          << after_200.peak_reserved_bytes << " B");
+  CHECK(after_200.peak_reserved_bytes == alone.peak_reserved_bytes);
+  CHECK(after_100_200.peak_reserved_bytes == alone.peak_reserved_bytes);
+  CHECK(after_200.peak_allocated_bytes == alone.peak_allocated_bytes);
+  CHECK(after_200.fragmentation() == alone.fragmentation());
+  CHECK(device.held_bytes == 0);
+}
 
 TEST_CASE_METHOD(CachingOnFakeDevice, "requests round up to 512 bytes and pick a pool by size",
                  "[allocator]") {

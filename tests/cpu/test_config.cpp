@@ -1,6 +1,7 @@
 // tests/cpu/test_config.cpp - Gpt2Config: validation, parameter count, loading config.json.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <stdexcept>
 
 #include "common/config.hpp"
@@ -86,6 +87,20 @@ TEST_CASE("validate names the offending field", "[config]") {
   SECTION("non-positive epsilon") {
     config.layer_norm_epsilon = 0.0f;
     REQUIRE_THROWS_WITH(config.validate(), Contains("layer_norm_epsilon"));
+  }
+  SECTION("non-finite epsilon") {
+    config.layer_norm_epsilon = std::numeric_limits<float>::infinity();
+    REQUIRE_THROWS_WITH(config.validate(),
+                        Contains("layer_norm_epsilon must be positive and finite"));
+  }
+  SECTION("a head size the attention kernels refuse") {
+    config.n_head = 4;  // 768 / 4 = 192 > kMaxHeadDim
+    REQUIRE_THROWS_WITH(config.validate(), Contains("head size n_embd / n_head = 192 exceeds 128"));
+  }
+  SECTION("a row the LayerNorm kernels refuse") {
+    config.n_embd = 2304;  // 24 heads of 96
+    config.n_head = 24;
+    REQUIRE_THROWS_WITH(config.validate(), Contains("n_embd 2304 exceeds 2048"));
   }
   REQUIRE_THROWS_AS(config.validate(), std::invalid_argument);
 }

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/chapter_runner.hpp"
 #include "common/gpu_activity.hpp"
 
 namespace {
@@ -61,4 +62,34 @@ TEST_CASE("host time inside API calls counts nested and overlapping calls once",
   const std::vector<std::pair<std::uint64_t, std::uint64_t>> calls = {
       {200, 210}, {20, 60}, {0, 100}, {90, 150}};
   CHECK(ladder::union_seconds(calls) == Approx(160 * kNanosecond));
+}
+
+TEST_CASE("per-step trace columns divide by the steps launched, a speculative one included",
+          "[gpu activity]") {
+  // A pipelined decoder that stopped after 100 kept steps had launched 101: the trace
+  // holds the 101st step's ten kernels and its idle time too.
+  ladder::GpuActivitySummary activity;
+  activity.kernels = 101 * 10;
+  activity.copies = 101 * 2;
+  activity.memsets = 0;
+  activity.timeline.span_seconds = 101 * 3e-4;
+  activity.timeline.busy_seconds = 101 * 2e-4;
+  activity.timeline.step_openings = 101;
+  activity.timeline.idle_between_steps_seconds = 100 * 5e-6;
+  ladder::GenerationOutput pipelined;
+  pipelined.steps = 100;
+  pipelined.steps_launched = 101;
+  ladder::BenchmarkRow row;
+  ladder::fill_traced_columns(activity, pipelined, row);
+  CHECK(row.kernels_per_step == Approx(10.0));
+  CHECK(row.copies_per_step == Approx(2.0));
+  CHECK(row.gpu_idle_per_step == Approx(1e-4));
+  CHECK(row.gpu_idle_between_steps == Approx(5e-6));
+
+  // A decoder that launches exactly the steps it keeps leaves steps_launched at 0.
+  activity.kernels = 100 * 10;
+  ladder::GenerationOutput in_order;
+  in_order.steps = 100;
+  ladder::fill_traced_columns(activity, in_order, row);
+  CHECK(row.kernels_per_step == Approx(10.0));
 }

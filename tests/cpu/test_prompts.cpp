@@ -32,6 +32,20 @@ TEST_CASE("random prompts are deterministic, in range and avoid the excluded id"
   CHECK(rows[0] != rows[1]);
 }
 
+TEST_CASE("a batch of more ids than an int counts is refused before anything is allocated",
+          "[prompts]") {
+  using Catch::Matchers::Contains;
+  // 65536 x 32768 = 2^31 and 46341^2 = 2^31 + 4633: one past what an int holds, each
+  // would overflow an int product (to a negative count or a small positive one).
+  CHECK_THROWS_WITH(ladder::random_prompts(65536, 32768, 50257, 50256, 0),
+                    Contains("65536 prompts of 32768 tokens are 2147483648 ids"));
+  CHECK_THROWS_AS(ladder::random_prompts(46341, 46341, 50257, 50256, 0), std::invalid_argument);
+  CHECK_THROWS_AS(ladder::repeated_prompt(std::vector<std::int32_t>(32768, 1), 65536),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(ladder::prompts_from_rows({std::vector<std::int32_t>(46341, 1)}, 46341),
+                  std::invalid_argument);
+}
+
 TEST_CASE("token rows round-trip through the file format and cycle to fill a batch",
           "[prompts]") {
   const std::string directory = ladder::testing::make_temporary_directory("ladder-prompts");
