@@ -173,13 +173,14 @@ void RequestScheduler::receive(int request, std::int32_t token, int step, double
 
 void RequestScheduler::finish_step(const std::vector<std::int32_t>& tokens, double now_ms) {
   if (in_flight_.empty()) throw std::logic_error("finish_step: no step is in flight");
+  if (tokens.size() != in_flight_.front().row_requests.size()) {
+    throw std::runtime_error("finish_step: the back-end returned " + std::to_string(tokens.size()) +
+                             " tokens for step " + std::to_string(in_flight_.front().step) +
+                             " of " + std::to_string(in_flight_.front().row_requests.size()) +
+                             " rows");
+  }
   const InFlight step = std::move(in_flight_.front());
   in_flight_.pop_front();
-  if (tokens.size() != step.row_requests.size()) {
-    throw std::runtime_error("finish_step: the back-end returned " + std::to_string(tokens.size()) +
-                             " tokens for step " + std::to_string(step.step) + " of " +
-                             std::to_string(step.row_requests.size()) + " rows");
-  }
   StepRecord& record = steps_[step.step];
   record.finished_ms = now_ms;
   for (std::size_t row = 0; row < tokens.size(); ++row) {
@@ -192,6 +193,7 @@ void RequestScheduler::finish_step(const std::vector<std::int32_t>& tokens, doub
     }
     receive(request, tokens[row], step.step, now_ms);
   }
+  release_slots();
 }
 
 // ---------------------------------------------------------------- the serving loop

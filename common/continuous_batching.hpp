@@ -8,7 +8,7 @@
 //
 // Each step, the scheduler plans what the back-end runs:
 //   1. release: a slot whose request produced EOS, or has already been given all N of its
-//      steps, is free again;
+//      steps, is free again (checked after every finished step, and before planning);
 //   2. admission: requests that have arrived (arrival_ms <= now), in arrival order, take
 //      the free slots, lowest slot first;
 //   3. prefill: each admitted request's whole prompt is written into positions 0 .. P-1 of
