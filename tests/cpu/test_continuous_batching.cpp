@@ -44,14 +44,17 @@ const ladder::Gpt2Weights& golden_weights() {
   return weights;
 }
 
-/// Random prompts of 1 .. 24 tokens and limits of 1 .. 40 over the golden vocabulary.
-std::vector<Request> small_trace(int requests, std::uint64_t seed) {
+/// Random prompts of 1 .. 24 tokens and limits of 1 .. 40 over the golden vocabulary,
+/// all at time 0 or Poisson arrivals at `arrivals_per_second`.
+std::vector<Request> small_trace(int requests, std::uint64_t seed,
+                                 double arrivals_per_second = 0) {
   ladder::TraceOptions options;
   options.requests = requests;
   options.min_prompt_length = 1;
   options.max_prompt_length = 24;
   options.min_new_tokens = 1;
   options.max_new_tokens = 40;
+  options.arrivals_per_second = arrivals_per_second;
   options.seed = seed;
   options.vocab_size = golden_weights().config.vocab_size;
   options.excluded_id = golden_weights().config.eos_token_id;
@@ -264,16 +267,8 @@ TEST_CASE("slots are reused by many short requests among long ones", "[batching]
 
 TEST_CASE("Poisson arrivals: nothing is admitted before it arrives, the idle time is counted",
           "[batching]") {
-  ladder::TraceOptions options;
-  options.requests = 24;
-  options.min_prompt_length = 1;
-  options.max_prompt_length = 16;
-  options.min_new_tokens = 1;
-  options.max_new_tokens = 24;
-  options.arrivals_per_second = 200;  // one per 5 ms, against 1 ms steps: slots often idle
-  options.vocab_size = golden_weights().config.vocab_size;
-  options.excluded_id = golden_weights().config.eos_token_id;
-  const std::vector<Request> trace = ladder::generate_trace(options);
+  // One request per 5 ms against steps of 1 ms: the slots are often idle.
+  const std::vector<Request> trace = small_trace(24, 3, 200);
   const std::map<Tokens, Tokens> expected = expected_outputs(trace, emitted_eos);
   for (const BatchingPolicy policy : {BatchingPolicy::continuous, BatchingPolicy::static_batches}) {
     for (const int in_flight : {1, 2}) {

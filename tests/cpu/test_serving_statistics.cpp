@@ -39,21 +39,18 @@ TEST_CASE("a serving summary: tokens/s, latencies, slot use and idle time", "[ba
   result.start_ms = 0;
   result.end_ms = 45;
   result.waiting_ms = 5;
-  ladder::RequestRecord a;
-  a.tokens = {1, 2, 3};
-  a.arrival_ms = 5;
-  a.first_token_ms = 15;
-  a.finish_ms = 35;
-  a.arrival_step = 0;
-  a.finish_step = 2;
-  ladder::RequestRecord b;
-  b.tokens = {4, 5, 6};
-  b.arrival_ms = 12;
-  b.first_token_ms = 25;
-  b.finish_ms = 45;
-  b.arrival_step = 1;
-  b.finish_step = 3;
-  result.requests = {a, b};
+  auto request = [](int first_token, double arrival, double first, double finish,
+                    int arrival_step, int finish_step) {
+    ladder::RequestRecord record;
+    record.tokens = {first_token, first_token + 1, first_token + 2};
+    record.arrival_ms = arrival;
+    record.first_token_ms = first;
+    record.finish_ms = finish;
+    record.arrival_step = arrival_step;
+    record.finish_step = finish_step;
+    return record;
+  };
+  result.requests = {request(1, 5, 15, 35, 0, 2), request(4, 12, 25, 45, 1, 3)};
   auto step = [](double start, int prefills, int decodes, int speculative, int busy) {
     ladder::StepRecord record;
     record.planned_ms = start;
