@@ -108,13 +108,13 @@ ladder::ServingResult serve(const std::vector<ladder::Request>& trace,
 
 void print_policy(const char* name, const ladder::ServingResult& result) {
   const ladder::ServingSummary summary = ladder::summarize_serving(result);
-  std::printf("%-22s %7d steps  %9lld rows run  %5.1f%% of slot-steps kept a token  "
-              "latency p50 %5.0f  p99 %5.0f steps  idle %4.1f%%\n",
-              name, summary.steps,
-              summary.prefill_rows + summary.decode_rows + summary.padding_rows +
-                  summary.speculative_rows,
-              100.0 * summary.slot_use, summary.latency_p50_steps, summary.latency_p99_steps,
-              100.0 * summary.idle_fraction);
+  std::printf(
+      "%-22s %7d steps  %9lld rows run  %5.1f%% of slot-steps kept a token  "
+      "latency p50 %5.0f  p99 %5.0f steps  idle %4.1f%%\n",
+      name, summary.steps,
+      summary.prefill_rows + summary.decode_rows + summary.padding_rows + summary.speculative_rows,
+      100.0 * summary.slot_use, summary.latency_p50_steps, summary.latency_p99_steps,
+      100.0 * summary.idle_fraction);
 }
 
 /// One line per slot, one column per step: the request's letter (capital at its prefill),
@@ -131,7 +131,8 @@ void print_timeline(const char* name, const ladder::ServingResult& result,
     const ladder::RequestRecord& record = result.requests[r];
     const char letter = static_cast<char>('a' + r % 26);
     for (int step = record.admitted_step; step <= record.finish_step; ++step) {
-      rows[record.slot][step] = step == record.admitted_step ? static_cast<char>(letter - 32) : letter;
+      rows[record.slot][step] =
+          step == record.admitted_step ? static_cast<char>(letter - 32) : letter;
     }
   }
   for (std::size_t slot = 0; slot < rows.size(); ++slot) {
@@ -151,18 +152,19 @@ int run(int argc, char** argv) {
   const ladder::StaticBatchingWaste waste =
       ladder::static_batching_waste(prompt_lengths, output_lengths, options.slots);
 
-  std::printf("trace: %d requests (seed %llu), prompts %d-%d tokens, limits %d-%d, %s; %d slots; "
-              "every request runs to its limit\n",
-              options.trace.requests, static_cast<unsigned long long>(options.trace.seed),
-              options.trace.min_prompt_length, options.trace.max_prompt_length,
-              options.trace.min_new_tokens, options.trace.max_new_tokens,
-              options.trace.arrivals_per_second > 0 ? "Poisson arrivals" : "all at time 0",
-              options.slots);
-  std::printf("static batches of %d, counted: %d batches, %lld steps, %lld decode rows run of "
-              "which %lld keep a token (%.1f%%), %lld padded prompt tokens on %lld real ones\n",
-              options.slots, waste.batches, waste.steps,
-              waste.useful_row_steps + waste.padded_row_steps, waste.useful_row_steps,
-              100.0 * waste.decode_use(), waste.padded_prompt_tokens, waste.prompt_tokens);
+  std::printf(
+      "trace: %d requests (seed %llu), prompts %d-%d tokens, limits %d-%d, %s; %d slots; "
+      "every request runs to its limit\n",
+      options.trace.requests, static_cast<unsigned long long>(options.trace.seed),
+      options.trace.min_prompt_length, options.trace.max_prompt_length,
+      options.trace.min_new_tokens, options.trace.max_new_tokens,
+      options.trace.arrivals_per_second > 0 ? "Poisson arrivals" : "all at time 0", options.slots);
+  std::printf(
+      "static batches of %d, counted: %d batches, %lld steps, %lld decode rows run of "
+      "which %lld keep a token (%.1f%%), %lld padded prompt tokens on %lld real ones\n",
+      options.slots, waste.batches, waste.steps, waste.useful_row_steps + waste.padded_row_steps,
+      waste.useful_row_steps, 100.0 * waste.decode_use(), waste.padded_prompt_tokens,
+      waste.prompt_tokens);
 
   NoModelBackend static_backend(options.slots, capacity);
   NoModelBackend continuous_backend(options.slots, capacity);
@@ -172,10 +174,11 @@ int run(int argc, char** argv) {
       serve(trace, ladder::BatchingPolicy::continuous, continuous_backend);
   print_policy("scheduler, static", static_result);
   print_policy("scheduler, continuous", continuous_result);
-  std::printf("steps, static / continuous: %.2f (the output tokens/s ratio if every step costs "
-              "the same: a prediction)\n",
-              static_cast<double>(static_result.steps.size()) /
-                  static_cast<double>(continuous_result.steps.size()));
+  std::printf(
+      "steps, static / continuous: %.2f (the output tokens/s ratio if every step costs "
+      "the same: a prediction)\n",
+      static_cast<double>(static_result.steps.size()) /
+          static_cast<double>(continuous_result.steps.size()));
 
   if (options.timeline) {
     ladder::TraceOptions small = options.trace;

@@ -22,9 +22,9 @@ void require_slots_fit(const Gpt2Config& config, int slots, int capacity, int by
     throw std::invalid_argument("slots: " + std::to_string(slots) + "; serve with at least one");
   }
   if (capacity < 1 || capacity > config.n_positions) {
-    throw std::invalid_argument("slot capacity: " + std::to_string(capacity) +
-                                " positions; give 1 to the model's n_positions = " +
-                                std::to_string(config.n_positions));
+    throw std::invalid_argument(
+        "slot capacity: " + std::to_string(capacity) +
+        " positions; give 1 to the model's n_positions = " + std::to_string(config.n_positions));
   }
   const double needed = kv_cache_bytes(config, slots, capacity, bytes_per_value);
   if (needed > bytes_available) {
@@ -57,7 +57,8 @@ RequestScheduler::RequestScheduler(std::vector<Request> requests, int slots, int
   issued_.assign(requests_.size(), 0);
   finished_.assign(requests_.size(), false);
   slots_.resize(static_cast<std::size_t>(slots));
-  for (std::size_t i = 0; i < requests_.size(); ++i) records_[i].arrival_ms = requests_[i].arrival_ms;
+  for (std::size_t i = 0; i < requests_.size(); ++i)
+    records_[i].arrival_ms = requests_[i].arrival_ms;
 }
 
 double RequestScheduler::next_arrival_ms() const {
@@ -89,8 +90,7 @@ void RequestScheduler::release_slots() {
   for (Slot& slot : slots_) slot.request = -1;
 }
 
-void RequestScheduler::admit(int slot, int request, double now_ms, StepPlan& plan,
-                             InFlight& step) {
+void RequestScheduler::admit(int slot, int request, double now_ms, StepPlan& plan, InFlight& step) {
   const std::vector<std::int32_t>& prompt = requests_[request].prompt;
   slots_[slot] = Slot{request, static_cast<int>(prompt.size())};
   RequestRecord& record = records_[request];
@@ -145,7 +145,8 @@ StepPlan RequestScheduler::plan_step(double now_ms) {
   StepRecord record;
   record.planned_ms = now_ms;
   record.prefills = static_cast<int>(plan.prefills.size());
-  for (const PrefillRow& row : plan.prefills) record.prefill_tokens += static_cast<int>(row.prompt.size());
+  for (const PrefillRow& row : plan.prefills)
+    record.prefill_tokens += static_cast<int>(row.prompt.size());
   record.decodes = static_cast<int>(plan.decodes.size()) - padding;
   record.padding = padding;
   record.busy_slots = static_cast<int>(slots_.size()) - free_slots();
@@ -201,8 +202,7 @@ void RequestScheduler::finish_step(const std::vector<std::int32_t>& tokens, doub
 namespace {
 
 double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace

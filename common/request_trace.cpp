@@ -33,8 +33,8 @@ void require_range(int low, int high, int smallest, const char* what) {
   if (low < smallest || high < low) {
     throw std::invalid_argument(std::string("trace: ") + what + " range [" + std::to_string(low) +
                                 ", " + std::to_string(high) + "] is empty or starts below " +
-                                std::to_string(smallest) + "; give min <= max, both >= " +
-                                std::to_string(smallest));
+                                std::to_string(smallest) +
+                                "; give min <= max, both >= " + std::to_string(smallest));
   }
 }
 
@@ -120,6 +120,7 @@ std::vector<Request> generate_trace(const TraceOptions& options) {
     throw std::invalid_argument("trace: random prompts need a vocabulary of 2 or more ids");
   }
   const std::vector<double> arrivals = draw_arrivals(options);
+  const bool exclude = options.excluded_id >= 0 && options.excluded_id < options.vocab_size;
   std::uint64_t state = options.seed ^ request_stream;
   std::vector<Request> requests(static_cast<std::size_t>(options.requests));
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -128,7 +129,6 @@ std::vector<Request> generate_trace(const TraceOptions& options) {
     request.max_new_tokens = uniform_int(state, options.min_new_tokens, options.max_new_tokens);
     request.arrival_ms = arrivals[i];
     request.prompt.resize(static_cast<std::size_t>(length));
-    const bool exclude = options.excluded_id >= 0 && options.excluded_id < options.vocab_size;
     for (std::int32_t& token : request.prompt) {
       token = uniform_int(state, 0, options.vocab_size - (exclude ? 2 : 1));
       if (exclude && token >= options.excluded_id) ++token;  // skip the excluded id
@@ -155,8 +155,7 @@ std::vector<Request> generate_text_trace(const TraceOptions& options,
   std::vector<Request> requests(static_cast<std::size_t>(options.requests));
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const int text = uniform_int(state, 0, static_cast<int>(texts.size()) - 1);
-    requests[i].max_new_tokens =
-        uniform_int(state, options.min_new_tokens, options.max_new_tokens);
+    requests[i].max_new_tokens = uniform_int(state, options.min_new_tokens, options.max_new_tokens);
     requests[i].arrival_ms = arrivals[i];
     requests[i].prompt = encoded[static_cast<std::size_t>(text)];
   }

@@ -56,7 +56,7 @@ struct TraceOptions {
   /// 0: every request arrives at time 0.
   double arrivals_per_second = 0;
   std::uint64_t seed = 0;
-  int vocab_size = 50257;  ///< random prompt ids are drawn from [0, vocab_size) ...
+  int vocab_size = 50257;   ///< random prompt ids are drawn from [0, vocab_size) ...
   int excluded_id = 50256;  ///< ... other than this one (EOS), as common/prompts.hpp does
 };
 

@@ -51,7 +51,8 @@ ServingSummary summarize_serving(const ServingResult& result) {
     busy_slot_ms += step.busy_slots * (step.finished_ms - step.planned_ms);
   }
   if (summary.elapsed_ms > 0) {
-    summary.output_tokens_per_second = static_cast<double>(summary.output_tokens) / (summary.elapsed_ms * 1e-3);
+    summary.output_tokens_per_second =
+        static_cast<double>(summary.output_tokens) / (summary.elapsed_ms * 1e-3);
     summary.idle_fraction = summary.waiting_ms / summary.elapsed_ms;
   }
   if (summary.steps > 0 && summary.slots > 0) {
@@ -67,9 +68,9 @@ StaticBatchingWaste static_batching_waste(const std::vector<int>& prompt_lengths
                                           const std::vector<int>& output_lengths, int batch) {
   if (batch < 1) throw std::invalid_argument("static_batching_waste: batch must be >= 1");
   if (prompt_lengths.size() != output_lengths.size()) {
-    throw std::invalid_argument("static_batching_waste: " +
-                                std::to_string(prompt_lengths.size()) + " prompt lengths but " +
-                                std::to_string(output_lengths.size()) + " output lengths");
+    throw std::invalid_argument("static_batching_waste: " + std::to_string(prompt_lengths.size()) +
+                                " prompt lengths but " + std::to_string(output_lengths.size()) +
+                                " output lengths");
   }
   StaticBatchingWaste waste;
   for (std::size_t first = 0; first < prompt_lengths.size(); first += batch) {

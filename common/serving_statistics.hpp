@@ -54,9 +54,9 @@ ServingSummary summarize_serving(const ServingResult& result);
 struct StaticBatchingWaste {
   int batches = 0;
   long long steps = 0;  ///< sum over batches of the longest output (a token per row a step)
-  long long useful_row_steps = 0;   ///< sum of output lengths
-  long long padded_row_steps = 0;   ///< rows run after their request finished
-  long long prompt_tokens = 0;      ///< sum of prompt lengths
+  long long useful_row_steps = 0;  ///< sum of output lengths
+  long long padded_row_steps = 0;  ///< rows run after their request finished
+  long long prompt_tokens = 0;     ///< sum of prompt lengths
   long long padded_prompt_tokens = 0;
 
   /// Fraction of the decode rows run that produced a kept token.

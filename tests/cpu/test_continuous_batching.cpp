@@ -12,8 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <map>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,8 +46,7 @@ const ladder::Gpt2Weights& golden_weights() {
 
 /// Random prompts of 1 .. 24 tokens and limits of 1 .. 40 over the golden vocabulary,
 /// all at time 0 or Poisson arrivals at `arrivals_per_second`.
-std::vector<Request> small_trace(int requests, std::uint64_t seed,
-                                 double arrivals_per_second = 0) {
+std::vector<Request> small_trace(int requests, std::uint64_t seed, double arrivals_per_second = 0) {
   ladder::TraceOptions options;
   options.requests = requests;
   options.min_prompt_length = 1;
@@ -80,8 +79,8 @@ std::vector<T> shuffled(std::vector<T> values, std::uint64_t seed) {
 
 ServingResult serve_on_reference(const std::vector<Request>& requests, int slots,
                                  const SchedulerOptions& options) {
-  ladder::ReferenceBackend backend(golden_weights(), slots,
-                                   golden_weights().config.n_positions, plenty_of_memory);
+  ladder::ReferenceBackend backend(golden_weights(), slots, golden_weights().config.n_positions,
+                                   plenty_of_memory);
   ladder::SimulatedClock clock(1.0);
   return ladder::serve_requests(requests, backend, options, clock);
 }
@@ -122,9 +121,10 @@ std::map<Tokens, Tokens> expected_outputs(const std::vector<Request>& requests, 
 /// gives 100 + p. Checks the per-slot positions like ReferenceBackend, and logs the plans.
 class ScriptedBackend : public ladder::ServingBackend {
  public:
-  explicit ScriptedBackend(int slots) : lengths_(static_cast<std::size_t>(slots), -1) {}
+  explicit ScriptedBackend(int slots, int capacity = 64)
+      : lengths_(static_cast<std::size_t>(slots), -1), capacity_(capacity) {}
   int slot_count() const override { return static_cast<int>(lengths_.size()); }
-  int slot_capacity() const override { return 64; }
+  int slot_capacity() const override { return capacity_; }
   void launch_step(const ladder::StepPlan& plan) override {
     Tokens tokens;
     for (const ladder::PrefillRow& row : plan.prefills) {
@@ -148,6 +148,7 @@ class ScriptedBackend : public ladder::ServingBackend {
 
  private:
   std::vector<int> lengths_;
+  int capacity_;
   std::vector<Tokens> launched_;
   std::size_t finished_ = 0;
 };
@@ -217,7 +218,8 @@ TEST_CASE("no slot is leaked and the queue drains", "[batching]") {
       CHECK(scheduler.free_slots() == 3);
       CHECK(scheduler.next_arrival_ms() == std::numeric_limits<double>::infinity());
       CHECK(scheduler.plan_step(0).empty());
-      for (const ladder::RequestRecord& record : scheduler.records()) CHECK(record.finish_step >= 0);
+      for (const ladder::RequestRecord& record : scheduler.records())
+        CHECK(record.finish_step >= 0);
     }
   }
 }
@@ -231,7 +233,8 @@ TEST_CASE("slots are reused by many short requests among long ones", "[batching]
   for (int i = 0; i < 60; ++i) {
     const bool long_request = i % 6 == 0;
     Request request;
-    request.max_new_tokens = long_request ? 40 : 1 + static_cast<int>(ladder::splitmix64_next(state) % 3);
+    request.max_new_tokens =
+        long_request ? 40 : 1 + static_cast<int>(ladder::splitmix64_next(state) % 3);
     const int length = long_request ? 20 : 1 + static_cast<int>(ladder::splitmix64_next(state) % 3);
     for (int t = 0; t < length; ++t) {
       request.prompt.push_back(static_cast<std::int32_t>(ladder::splitmix64_next(state) % 380));
@@ -320,8 +323,8 @@ TEST_CASE("steps, times and positions are booked exactly", "[batching]") {
     INFO("in flight " << in_flight);
     ScriptedBackend backend(2);
     ladder::SimulatedClock clock(10.0);
-    const ServingResult result = ladder::serve_requests(
-        trace, backend, {BatchingPolicy::continuous, -1, in_flight}, clock);
+    const ServingResult result =
+        ladder::serve_requests(trace, backend, {BatchingPolicy::continuous, -1, in_flight}, clock);
     REQUIRE(result.steps.size() == 3);
     CHECK(result.end_ms == 30);
     const auto& r0 = result.requests[0];
@@ -386,6 +389,31 @@ TEST_CASE("with two steps in flight, the step after EOS is decoded and dropped",
   CHECK(backend_2.plans[3].decodes[0].position == 3);
 }
 
+TEST_CASE("the chapter's trace: the counts docs/continuous_batching.md quotes", "[batching]") {
+  // bench/batching_schedule prints these; a change here means updating that page.
+  const std::vector<Request> trace = ladder::generate_trace(ladder::TraceOptions{});
+  std::vector<int> prompt_lengths, output_lengths;
+  for (const Request& request : trace) {
+    prompt_lengths.push_back(static_cast<int>(request.prompt.size()));
+    output_lengths.push_back(request.max_new_tokens);
+  }
+  const ladder::StaticBatchingWaste waste =
+      ladder::static_batching_waste(prompt_lengths, output_lengths, 32);
+  CHECK(waste.steps == 4021);
+  CHECK(waste.useful_row_steps == 68949);
+  CHECK(waste.padded_row_steps == 128672 - 68949);
+  CHECK(waste.prompt_tokens == 17403);
+  CHECK(waste.padded_prompt_tokens == 14917);
+  for (const BatchingPolicy policy : {BatchingPolicy::static_batches, BatchingPolicy::continuous}) {
+    ScriptedBackend backend(32, 1024);
+    ladder::SimulatedClock clock(1.0);
+    const ServingResult result = ladder::serve_requests(trace, backend, {policy, -1, 1}, clock);
+    const ladder::ServingSummary summary = ladder::summarize_serving(result);
+    CHECK(summary.output_tokens == 68949);
+    CHECK(summary.steps == (policy == BatchingPolicy::continuous ? 2321 : 4021));
+  }
+}
+
 // ---------------------------------------------------------------- bad input
 
 TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "[batching]") {
@@ -402,9 +430,9 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
                              "positions exceed the context of 128"));
   CHECK_THROWS_WITH(ladder::serve_requests({}, backend, options, clock),
                     Contains("trace: no requests"));
-  CHECK_THROWS_WITH(ladder::serve_requests({{0, 4, {1}}}, backend,
-                                           {BatchingPolicy::continuous, -1, 3}, clock),
-                    Contains("steps_in_flight is 3; use 1 or 2"));
+  CHECK_THROWS_WITH(
+      ladder::serve_requests({{0, 4, {1}}}, backend, {BatchingPolicy::continuous, -1, 3}, clock),
+      Contains("steps_in_flight is 3; use 1 or 2"));
 
   // More slots than memory allows: 8 slots of 128 positions of this model need
   // 8 * 128 * 2 layers * 2 * 64 * 4 bytes = 1 MiB.

@@ -43,9 +43,8 @@ TEST_CASE("the default trace is the chapter's workload, the same numbers on ever
     }
   }
   const auto [shortest, longest] = std::minmax_element(
-      trace.begin(), trace.end(), [](const Request& a, const Request& b) {
-        return a.max_new_tokens < b.max_new_tokens;
-      });
+      trace.begin(), trace.end(),
+      [](const Request& a, const Request& b) { return a.max_new_tokens < b.max_new_tokens; });
   CHECK(shortest->max_new_tokens < 24);  // 512 draws cover the range
   CHECK(longest->max_new_tokens > 248);
   // SplitMix64 from seed 0: pinned, so a change to the generator shows up here.
@@ -82,7 +81,8 @@ TEST_CASE("Poisson arrivals keep the prompts and limits and space requests at th
 }
 
 TEST_CASE("text prompts go through the BPE tokenizer", "[batching]") {
-  const auto tokenizer = ladder::Gpt2Tokenizer::from_directory(ladder::testing::test_data_path("tokenizer"));
+  const auto tokenizer =
+      ladder::Gpt2Tokenizer::from_directory(ladder::testing::test_data_path("tokenizer"));
   const std::vector<std::string> texts = {"Hello world", "The quick brown fox",
                                           "continuous batching"};
   TraceOptions options;
@@ -110,7 +110,7 @@ TEST_CASE("a trace round-trips through its file format exactly", "[batching]") {
   options.requests = 40;
   options.arrivals_per_second = 333;
   std::vector<Request> trace = ladder::generate_trace(options);
-  trace[3].arrival_ms = trace[2].arrival_ms;                  // equal arrivals are allowed
+  trace[3].arrival_ms = trace[2].arrival_ms;                // equal arrivals are allowed
   trace.back().arrival_ms = trace.back().arrival_ms + 0.1;  // not whole microseconds
   const ladder::testing::ScratchDirectory scratch("ladder-trace");
   const std::string path = scratch.file("trace.txt");
@@ -124,9 +124,9 @@ TEST_CASE("a trace round-trips through its file format exactly", "[batching]") {
 }
 
 TEST_CASE("the reader accepts comments, blank lines, tabs and Windows line ends", "[batching]") {
-  const std::vector<Request> trace =
-      parse("decode-ladder trace 1\r\n# a comment\n\n  0\t5 1 2 3\r\n   # indented comment\n"
-            "2.5 1 7\n");
+  const std::vector<Request> trace = parse(
+      "decode-ladder trace 1\r\n# a comment\n\n  0\t5 1 2 3\r\n   # indented comment\n"
+      "2.5 1 7\n");
   REQUIRE(trace.size() == 2);
   CHECK(trace[0] == Request{0, 5, {1, 2, 3}});
   CHECK(trace[1] == Request{2.5, 1, {7}});
@@ -149,7 +149,8 @@ TEST_CASE("a malformed trace is refused with one line naming the line", "[batchi
       {header + "0 5 1\nsoon 5 1\n", "trace.txt:3: arrival_ms 'soon' is not a number"},
       {header + "nan 5 1\n", "trace.txt:2: the arrival time must be a finite number"},
       {header + "-1 5 1\n", "trace.txt:2: the arrival time must be a finite number"},
-      {header + "5 5 1\n4 5 1\n", "trace.txt:3: arrival 4 ms is earlier than the request before it (5 ms)"},
+      {header + "5 5 1\n4 5 1\n",
+       "trace.txt:3: arrival 4 ms is earlier than the request before it (5 ms)"},
       {header + "0 5.5 1\n", "trace.txt:2: max_new_tokens '5.5' is not an integer"},
       {header + "0 0 1\n", "trace.txt:2: max_new_tokens must be an integer >= 1"},
       {header + "0 5 1 x2\n", "trace.txt:2: 'x2' is not a token id"},

@@ -39,8 +39,8 @@ TEST_CASE("a serving summary: tokens/s, latencies, slot use and idle time", "[ba
   result.start_ms = 0;
   result.end_ms = 45;
   result.waiting_ms = 5;
-  auto request = [](int first_token, double arrival, double first, double finish,
-                    int arrival_step, int finish_step) {
+  auto request = [](int first_token, double arrival, double first, double finish, int arrival_step,
+                    int finish_step) {
     ladder::RequestRecord record;
     record.tokens = {first_token, first_token + 1, first_token + 2};
     record.arrival_ms = arrival;
