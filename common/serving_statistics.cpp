@@ -8,6 +8,16 @@
 
 namespace ladder {
 
+namespace {
+
+/// When step k started running: when it was planned, or when the step before it finished
+/// if that is later (steps run one after another, in launch order).
+double step_start_ms(const std::vector<StepRecord>& steps, std::size_t k) {
+  return k == 0 ? steps[0].planned_ms : std::max(steps[k].planned_ms, steps[k - 1].finished_ms);
+}
+
+}  // namespace
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) throw std::invalid_argument("percentile of an empty sample");
   if (!(p > 0 && p <= 100)) {
@@ -43,12 +53,13 @@ ServingSummary summarize_serving(const ServingResult& result) {
   summary.latency_p99_steps = percentile(latency_steps, 99);
 
   double busy_slot_ms = 0;
-  for (const StepRecord& step : result.steps) {
+  for (std::size_t k = 0; k < result.steps.size(); ++k) {
+    const StepRecord& step = result.steps[k];
     summary.prefill_rows += step.prefills;
     summary.decode_rows += step.decodes;
     summary.speculative_rows += step.speculative;
     summary.padding_rows += step.padding;
-    busy_slot_ms += step.busy_slots * (step.finished_ms - step.planned_ms);
+    busy_slot_ms += step.busy_slots * (step.finished_ms - step_start_ms(result.steps, k));
   }
   if (summary.elapsed_ms > 0) {
     summary.output_tokens_per_second =
@@ -62,6 +73,31 @@ ServingSummary summarize_serving(const ServingResult& result) {
   const double stepping_ms = summary.elapsed_ms - summary.waiting_ms;
   if (stepping_ms > 0) summary.mean_busy_slots = busy_slot_ms / stepping_ms;
   return summary;
+}
+
+std::vector<double> busy_slots_over_time(const ServingResult& result, double window_ms) {
+  if (!(window_ms > 0)) {
+    throw std::invalid_argument("busy_slots_over_time: the window must be > 0 ms");
+  }
+  const double elapsed_ms = result.end_ms - result.start_ms;
+  const auto windows = static_cast<std::size_t>(std::max(0.0, std::ceil(elapsed_ms / window_ms)));
+  std::vector<double> busy_slot_ms(windows, 0.0);
+  for (std::size_t k = 0; k < result.steps.size(); ++k) {
+    const double start = step_start_ms(result.steps, k) - result.start_ms;
+    const double finish = result.steps[k].finished_ms - result.start_ms;
+    for (auto w = static_cast<std::size_t>(std::max(0.0, start / window_ms));
+         w < windows && static_cast<double>(w) * window_ms < finish; ++w) {
+      const double overlap = std::min(finish, static_cast<double>(w + 1) * window_ms) -
+                             std::max(start, static_cast<double>(w) * window_ms);
+      if (overlap > 0) busy_slot_ms[w] += result.steps[k].busy_slots * overlap;
+    }
+  }
+  for (std::size_t w = 0; w < windows; ++w) {
+    const double length = std::min(elapsed_ms, static_cast<double>(w + 1) * window_ms) -
+                          static_cast<double>(w) * window_ms;
+    busy_slot_ms[w] /= length;
+  }
+  return busy_slot_ms;
 }
 
 StaticBatchingWaste static_batching_waste(const std::vector<int>& prompt_lengths,

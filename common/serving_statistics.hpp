@@ -38,7 +38,9 @@ struct ServingSummary {
   long long padding_rows = 0;
   /// Rows that produced a kept token, per slot and step: 1 when no slot ever idles.
   double slot_use = 0;
-  /// Mean slots holding a request, weighted by each step's time (planned to finished).
+  /// Mean slots holding a request while steps ran, weighted by each step's time. Steps
+  /// run one after another in launch order: a step's time runs from when it was planned,
+  /// or when the step before it finished if that is later, to when it finished.
   double mean_busy_slots = 0;
   double waiting_ms = 0;     ///< time with no step in flight, waiting for arrivals
   double idle_fraction = 0;  ///< waiting_ms / elapsed_ms
@@ -46,6 +48,12 @@ struct ServingSummary {
 
 /// Throws std::invalid_argument for a result with no requests.
 ServingSummary summarize_serving(const ServingResult& result);
+
+/// Slots busy over time, for a plot: the mean number of slots holding a request in each
+/// window of `window_ms` from start_ms to end_ms (the last window may be shorter), each
+/// step counting over its time as in ServingSummary::mean_busy_slots, waiting as 0.
+/// Throws std::invalid_argument unless window_ms > 0.
+std::vector<double> busy_slots_over_time(const ServingResult& result, double window_ms);
 
 /// Static batching's padding on a trace, from each request's prompt and output length:
 /// batches of `batch` requests in trace order; a batch's prompts are padded to its

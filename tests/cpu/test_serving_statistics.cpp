@@ -88,6 +88,23 @@ TEST_CASE("a serving summary: tokens/s, latencies, slot use and idle time", "[ba
   CHECK(summary.idle_fraction == Approx(5.0 / 45.0));
 
   CHECK_THROWS_WITH(ladder::summarize_serving(ladder::ServingResult{}), Contains("no requests"));
+
+  // Windows of 10 ms over 45 ms: [0, 10) holds 5 ms of step 0 (1 slot) -> 0.5;
+  // [10, 20) 5 ms of step 0 and 5 of step 1 (2 slots) -> 1.5; then 2, 2, and the last,
+  // 5 ms long, 2.
+  const std::vector<double> busy = ladder::busy_slots_over_time(result, 10);
+  REQUIRE(busy.size() == 5);
+  CHECK(busy[0] == Approx(0.5));
+  CHECK(busy[1] == Approx(1.5));
+  CHECK(busy[2] == Approx(2));
+  CHECK(busy[3] == Approx(2));
+  CHECK(busy[4] == Approx(2));
+  CHECK_THROWS_WITH(ladder::busy_slots_over_time(result, 0), Contains("window must be > 0"));
+
+  // Two steps in flight: step 1 planned at 15 ms as before, but step 2 planned at 15 ms
+  // too, before step 1 was back; it still runs from 25 ms, after step 1.
+  result.steps[2].planned_ms = 15;
+  CHECK(ladder::summarize_serving(result).mean_busy_slots == Approx(70.0 / 40.0));
 }
 
 TEST_CASE("static batching pads prompts and outputs to each batch's longest", "[batching]") {
