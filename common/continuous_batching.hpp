@@ -170,9 +170,9 @@ class RequestScheduler {
   RequestScheduler(std::vector<Request> requests, int slots, int capacity,
                    const SchedulerOptions& options);
 
-  /// The next step's plan at time `now_ms`, which becomes in flight; an empty plan (and
-  /// nothing changes) when nothing can run before more requests arrive or a step
-  /// finishes. Throws std::logic_error when steps_in_flight steps are already in flight.
+  /// The next step's plan at time `now_ms`, which becomes in flight; an empty plan, and no
+  /// step, when nothing can run before more requests arrive or a step finishes. Throws
+  /// std::logic_error when steps_in_flight steps are already in flight.
   StepPlan plan_step(double now_ms);
 
   /// Takes the tokens of the oldest step in flight, finished at `now_ms`. Throws
