@@ -144,13 +144,8 @@ int run(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
   const std::vector<ladder::Request> trace = ladder::generate_trace(options.trace);
   const int capacity = 1024;  // GPT-2's context
-  std::vector<int> prompt_lengths, output_lengths;
-  for (const ladder::Request& request : trace) {
-    prompt_lengths.push_back(static_cast<int>(request.prompt.size()));
-    output_lengths.push_back(request.max_new_tokens);
-  }
   const ladder::StaticBatchingWaste waste =
-      ladder::static_batching_waste(prompt_lengths, output_lengths, options.slots);
+      ladder::static_batching_waste_at_limits(trace, options.slots);
 
   std::printf(
       "trace: %d requests (seed %llu), prompts %d-%d tokens, limits %d-%d, %s; %d slots; "

@@ -135,4 +135,13 @@ StaticBatchingWaste static_batching_waste(const std::vector<int>& prompt_lengths
   return waste;
 }
 
+StaticBatchingWaste static_batching_waste_at_limits(const std::vector<Request>& trace, int batch) {
+  std::vector<int> prompt_lengths, output_lengths;
+  for (const Request& request : trace) {
+    prompt_lengths.push_back(static_cast<int>(request.prompt.size()));
+    output_lengths.push_back(request.max_new_tokens);
+  }
+  return static_batching_waste(prompt_lengths, output_lengths, batch);
+}
+
 }  // namespace ladder

@@ -79,4 +79,7 @@ struct StaticBatchingWaste {
 StaticBatchingWaste static_batching_waste(const std::vector<int>& prompt_lengths,
                                           const std::vector<int>& output_lengths, int batch);
 
+/// static_batching_waste() of a trace whose every request runs to its limit (no EOS).
+StaticBatchingWaste static_batching_waste_at_limits(const std::vector<Request>& trace, int batch);
+
 }  // namespace ladder

@@ -300,13 +300,7 @@ TEST_CASE("a static batch waits for its longest request and pads the rows that f
   }
   // Without EOS every output runs to its limit: the padding is the arithmetic of
   // static_batching_waste, and the steps are the batches' longest limits.
-  std::vector<int> prompt_lengths, output_lengths;
-  for (const Request& request : trace) {
-    prompt_lengths.push_back(static_cast<int>(request.prompt.size()));
-    output_lengths.push_back(request.max_new_tokens);
-  }
-  const ladder::StaticBatchingWaste waste =
-      ladder::static_batching_waste(prompt_lengths, output_lengths, 4);
+  const ladder::StaticBatchingWaste waste = ladder::static_batching_waste_at_limits(trace, 4);
   const ladder::ServingSummary summary = ladder::summarize_serving(result);
   CHECK(summary.padding_rows == waste.padded_row_steps);
   CHECK(summary.steps == waste.steps);
@@ -392,13 +386,7 @@ TEST_CASE("with two steps in flight, the step after EOS is decoded and dropped",
 TEST_CASE("the chapter's trace: the counts docs/continuous_batching.md quotes", "[batching]") {
   // bench/batching_schedule prints these; a change here means updating that page.
   const std::vector<Request> trace = ladder::generate_trace(ladder::TraceOptions{});
-  std::vector<int> prompt_lengths, output_lengths;
-  for (const Request& request : trace) {
-    prompt_lengths.push_back(static_cast<int>(request.prompt.size()));
-    output_lengths.push_back(request.max_new_tokens);
-  }
-  const ladder::StaticBatchingWaste waste =
-      ladder::static_batching_waste(prompt_lengths, output_lengths, 32);
+  const ladder::StaticBatchingWaste waste = ladder::static_batching_waste_at_limits(trace, 32);
   CHECK(waste.steps == 4021);
   CHECK(waste.useful_row_steps == 68949);
   CHECK(waste.padded_row_steps == 128672 - 68949);
