@@ -54,6 +54,7 @@ constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
 //         registers: 112 for GPT-2's D = 64 on sm_90. The bound dates from an earlier
 //         version that spilled at the 48 registers ptxas chose unbounded; the current
 //         one does not spill at 48, and whether the bound still pays is not re-measured.)
+// Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kStaticThreads, 2)
     static_cache_attention_kernel(const float* q, int q_row_stride, const float* keys,
@@ -110,6 +111,7 @@ struct SplitWorkspace {
 //         a whole key row in flight per lane without spilling for D <= 96 on every
 //         architecture built (D = 128 spills 12 bytes on sm_90); left to itself ptxas
 //         spilled some instantiations on sm_80.)
+// Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
