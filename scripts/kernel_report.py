@@ -386,8 +386,10 @@ def render(build, kernels, configurations, occupancy_of, promises):
         "  minimal traffic, formula below), **took**: CUPTI's GPU time per step, and the bandwidth",
         "  the two imply as a share of the copy bandwidth measured in the same run (above 100%:",
         "  the data came from the L2 cache, 50 MB on the H200, where the kernel before left it).",
-        "- **ncu**: Nsight Compute's DRAM bytes and achieved occupancy, once",
-        "  `scripts/profile_kernels.sh` has run on the GPU and its results are committed.",
+        "- **ncu**: Nsight Compute on one step halfway through the run: GPU time, DRAM bytes",
+        "  read + written (and the bandwidth they imply as a share of the copy bandwidth),",
+        "  achieved occupancy; \"not measured\" until `scripts/profile_kernels.sh` has run on the",
+        "  GPU and its `results/ncu/` files are committed.",
         "",
         "Library kernels (cuBLASLt's matmuls) have no objects here; their rows show the trace only.",
         "",
@@ -417,7 +419,7 @@ def render(build, kernels, configurations, occupancy_of, promises):
             info = kernels.get(name)
             launches_text = f"{launches:.1f}" if launches is not None else "-"
             took_text = f"{us:.1f} us" if us is not None else "-"
-            ncu_text = ncu_cell(ncu, name)
+            ncu_text = ncu_cell(ncu, name, bandwidth)
             if info is None:
                 owner = "not in this build: renamed or removed since the trace" if ours else "library"
                 lines.append(f"| `{abbreviate(name)}` ({owner}) | {launches_text} | | | | | | | | | | "
@@ -500,15 +502,65 @@ def occupancy_cell(info, records, occupancy_of):
     return "/".join(shares) + f" ({limiter})"
 
 
-def ncu_cell(ncu, name):
+def ncu_cell(ncu, name, bandwidth):
     if ncu is None:
         return "not measured"
     row = ncu.get(name)
     if row is None:
         return "-"
     moved = float(row["dram_read_bytes"]) + float(row["dram_write_bytes"])
-    return (f"{float(row['duration_us']):.1f} us, {format_bytes(moved)}, "
-            f"occ. {float(row['achieved_occupancy_pct']):.0f}%")
+    seconds = float(row["duration_us"]) * 1e-6
+    cell = f"{float(row['duration_us']):.1f} us, DRAM {format_bytes(moved)}"
+    if bandwidth and seconds > 0:
+        cell += f" ({100 * moved / seconds / bandwidth:.0f}% of copy)"
+    return cell + f", occupancy {float(row['achieved_occupancy_pct']):.0f}%"
+
+
+# ---------------------------------------------------------------- Nsight Compute import
+
+NCU_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # to us
+             "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "": 1.0}
+
+
+def import_ncu(raw_csv, chapter):
+    """ncu --csv --page raw --print-units base (one row per launch) -> results/ncu/<chapter>.csv,
+    one row per kernel: launches, summed time and DRAM bytes, time-weighted occupancy."""
+    with open(raw_csv, encoding="utf-8") as handle:
+        rows = [row for row in csv.DictReader(handle)]
+    if not rows:
+        fail(f"{raw_csv}: no rows")
+    units = rows[0] if not rows[0].get("ID", "").strip() else {}
+    launches = [row for row in rows if row.get("ID", "").strip()]
+    if not launches:
+        fail(f"{raw_csv}: no kernel launches (did the NVTX filter match?)")
+
+    def value(row, metric):
+        if metric not in row:
+            fail(f"{raw_csv}: no column {metric}")
+        number = float(row[metric].replace(",", "") or 0)
+        return number * NCU_UNITS.get(units.get(metric, "").strip(), 1.0)
+
+    totals = {}
+    for row in launches:
+        name = short_name(row["Kernel Name"])
+        total = totals.setdefault(name, [0, 0.0, 0.0, 0.0, 0.0])
+        duration = value(row, "gpu__time_duration.sum")
+        total[0] += 1
+        total[1] += duration
+        total[2] += value(row, "dram__bytes_read.sum")
+        total[3] += value(row, "dram__bytes_write.sum")
+        total[4] += duration * value(row, "sm__warps_active.avg.pct_of_peak_sustained_active")
+    os.makedirs(os.path.join(ROOT, "results", "ncu"), exist_ok=True)
+    path = os.path.join(ROOT, "results", "ncu", f"{chapter}.csv")
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["kernel", "launches", "duration_us", "dram_read_bytes", "dram_write_bytes",
+                         "achieved_occupancy_pct"])
+        for name, (count, duration, read, written, weighted) in sorted(
+                totals.items(), key=lambda item: -item[1][1]):
+            writer.writerow([name, count, f"{duration:.3f}", f"{read:.0f}", f"{written:.0f}",
+                             f"{weighted / duration if duration else 0:.1f}"])
+    print(f"wrote {os.path.relpath(path, ROOT)} ({len(launches)} launches, {len(totals)} kernels)")
 
 
 # ---------------------------------------------------------------- main
@@ -571,7 +623,15 @@ def main():
                         help="the build tree (default build/ci)")
     parser.add_argument("--check", action="store_true",
                         help="check the chapters' kernels and that docs/kernels.md is current")
+    parser.add_argument("--import-ncu", metavar="RAW_CSV",
+                        help="turn ncu's raw CSV of one step into results/ncu/CHAPTER.csv")
+    parser.add_argument("--chapter", help="the chapter --import-ncu's file belongs to")
     arguments = parser.parse_args()
+    if arguments.import_ncu:
+        if not arguments.chapter:
+            fail("--import-ncu needs --chapter NN_name")
+        import_ncu(arguments.import_ncu, arguments.chapter)
+        return 0
     build = os.path.abspath(arguments.build)
 
     kernels = collect(build)
