@@ -3,11 +3,12 @@
 //
 //   build/native/bench/attention_history          every version
 //   build/native/bench/attention_history 3        version 3 only
-//   build/native/bench/attention_history --batch 1
+//   build/native/bench/attention_history 2 --batch 1 --new-tokens 400
 //
 // One decode step of GPT-2 small (H = 12 heads of D = 64, C = 768) at B rows (32 by
-// default), halfway through the default run: position p = 50 of a 101-position cache
-// (BOS prompt + 100 new tokens), so L = 51 valid positions. Every version computes
+// default), halfway through a run of N new tokens (100 by default) after a BOS prompt:
+// the cache holds capacity = N + 1 positions, as the chapters allocate it, and the step
+// sits at p = N / 2 (L = p + 1 valid positions: 51 at N = 100). Every version computes
 //   out[b, head h] = sum_{s <= p} softmax_s(q_b . k_s / sqrt(8)) v_s
 // on the same random inputs (fixed seed), is compared with reference::decode_attention
 // (relative error <= 1e-4, as the tests ask), and is timed as one launch (the median of
@@ -17,14 +18,14 @@
 // Versions (the ladder's order):
 //   1  chapter 02: decode attention over the valid length, one block per (b, h)
 //      (launch_decode_attention; the chapter appends k, v in a kernel of its own)
-//   2  chapter 04: static-cache attention over all 101 positions, those after p masked
+//   2  chapter 04: static-cache attention over all capacity positions, those after p masked
 //      (launch_static_cache_attention; the append is again a kernel of its own)
 //   3  chapter 05 as first written: append + flash-decoding in one kernel, the splits
 //      per (b, h) chosen from the SM count (4 blocks per SM over all heads: 2 splits
 //      at B = 32 on the H200), shares rounded to 32 positions - below, from commit
 //      6123541 (replaced in d4b833e)
 //   4  chapter 05 now: the same kernel with one block per 128 positions of the cache
-//      (1 split at this capacity: no merge through the workspace)
+//      (1 split at N = 100: no merge through the workspace; 4 at N = 400)
 //      (launch_fused_decode_attention)
 #include <cuda_runtime.h>
 
@@ -205,27 +206,28 @@ int first_split_rule(int heads, int capacity, int sm_count) {
 constexpr int kHeads = 12;
 constexpr int kC = 768;
 constexpr int kD = kC / kHeads;
-constexpr int kCapacity = 101;  // BOS prompt + 100 new tokens
-constexpr int kPosition = 50;   // halfway: L = 51 valid positions
-constexpr int kLength = kPosition + 1;
 constexpr double kTolerance = 1e-4;
 constexpr int kVersions = 4;
 
 int run(int argc, char** argv) {
   const ladder::bench::HistoryArguments arguments =
-      ladder::bench::parse_history_arguments(argc, argv, "attention_history", kVersions);
+      ladder::bench::parse_history_arguments(argc, argv, "attention_history", kVersions,
+                                             /*takes_new_tokens=*/true);
   const ladder::DeviceInfo device = ladder::query_device_info();
   std::printf("%s\n", ladder::device_banner(device).c_str());
   const int B = arguments.batch;
+  const int capacity = 1 + arguments.new_tokens;  // BOS prompt + N new tokens
+  const int position = arguments.new_tokens / 2;  // halfway through the run
+  const int length = position + 1;
   const int heads = B * kHeads;
   std::printf("decode attention, GPT-2 small: B = %d, H = %d, D = %d, L = %d of %d cached "
               "positions\n\n",
-              B, kHeads, kD, kLength, kCapacity);
+              B, kHeads, kD, length, capacity);
 
   // Inputs: qkv [B, 3C], the cache [B, H, capacity, D] holding positions 0 .. p - 1
   // (and, for the versions that do not append, p as well: the chapter's append kernel
   // ran before them). The reference sees the cache with this step's k, v at p.
-  const std::size_t cache_floats = static_cast<std::size_t>(heads) * kCapacity * kD;
+  const std::size_t cache_floats = static_cast<std::size_t>(heads) * capacity * kD;
   const std::vector<float> qkv = ladder::bench::random_floats(static_cast<std::size_t>(B) * 3 * kC, 1);
   std::vector<float> keys = ladder::bench::random_floats(cache_floats, 2);
   std::vector<float> values = ladder::bench::random_floats(cache_floats, 3);
@@ -235,13 +237,13 @@ int run(int argc, char** argv) {
       const std::size_t row = static_cast<std::size_t>(b) * 3 * kC;
       query[static_cast<std::size_t>(b) * kC + c] = qkv[row + c];
       const std::size_t slot =
-          ((static_cast<std::size_t>(b) * kHeads + c / kD) * kCapacity + kPosition) * kD + c % kD;
+          ((static_cast<std::size_t>(b) * kHeads + c / kD) * capacity + position) * kD + c % kD;
       keys[slot] = qkv[row + kC + c];
       values[slot] = qkv[row + 2 * kC + c];
     }
   std::vector<float> expected(static_cast<std::size_t>(B) * kC);
   ladder::reference::decode_attention(query.data(), keys.data(), values.data(), expected.data(), B,
-                                      kLength, kCapacity, kHeads, kC);
+                                      length, capacity, kHeads, kC);
 
   ladder::bench::DeviceScratch scratch;
   float* qkv_device = scratch.floats(qkv.size());
@@ -249,17 +251,17 @@ int run(int argc, char** argv) {
   float* values_device = scratch.floats(cache_floats);
   float* out_device = scratch.floats(expected.size());
   const std::size_t fused_bytes =
-      ladder::fused_decode_attention_workspace_bytes(B, kHeads, kC, kCapacity);
+      ladder::fused_decode_attention_workspace_bytes(B, kHeads, kC, capacity);
   float* fused_workspace = scratch.floats(fused_bytes / sizeof(float) + 1);
   const std::size_t states = static_cast<std::size_t>(heads) * kFirstMaxSplits;
   const FirstSplitWorkspace first_workspace{reinterpret_cast<int*>(scratch.floats(heads)),
                                             scratch.floats(states), scratch.floats(states),
                                             scratch.floats(states * kD)};
   auto* cursor = reinterpret_cast<DecodePosition*>(scratch.floats(2));
-  const DecodePosition position{kPosition, kPosition};
-  CUDA_CHECK(cudaMemcpy(cursor, &position, sizeof(position), cudaMemcpyHostToDevice));
+  const DecodePosition step_position{position, position};
+  CUDA_CHECK(cudaMemcpy(cursor, &step_position, sizeof(step_position), cudaMemcpyHostToDevice));
   ladder::bench::copy_to_device(qkv_device, qkv);
-  const int first_splits = first_split_rule(heads, kCapacity, device.multiprocessors);
+  const int first_splits = first_split_rule(heads, capacity, device.multiprocessors);
 
   const ladder::CudaStream stream;
   const cudaStream_t s = stream.get();
@@ -272,31 +274,32 @@ int run(int argc, char** argv) {
   };
   const Version versions[kVersions] = {
       {"ch02 decode attention, valid length (launch_decode_attention)", false,
-       row_bytes * (1 + 2 * kLength + 1),
+       row_bytes * (1 + 2 * length + 1),
        [&] {
          ladder::launch_decode_attention(qkv_device, 3 * kC, keys_device, values_device,
-                                         out_device, B, kLength, kCapacity, kHeads, kC, s);
+                                         out_device, B, length, capacity, kHeads, kC, s);
        }},
-      {"ch04 static cache, all 101 positions masked", false, row_bytes * (1 + 2 * kCapacity + 1),
+      {"ch04 static cache, every cached position, masked", false,
+       row_bytes * (1 + 2 * capacity + 1),
        [&] {
          ladder::launch_static_cache_attention(qkv_device, 3 * kC, keys_device, values_device,
-                                               cursor, kCapacity, out_device, B, kHeads, kC, s);
+                                               cursor, capacity, out_device, B, kHeads, kC, s);
        }},
       {"ch05 first: fused, splits from the SM count (6123541)", true,
-       row_bytes * (3 + 2 * (kLength - 1) + 2 + 1),
+       row_bytes * (3 + 2 * (length - 1) + 2 + 1),
        [&] {
          first_fused_decode_attention_kernel<4, 2>
              <<<dim3(static_cast<unsigned int>(heads), static_cast<unsigned int>(first_splits)),
                 kFirstFusedThreads, 0, s>>>(qkv_device, keys_device, values_device, cursor,
-                                            kCapacity, out_device, first_workspace, first_splits,
+                                            capacity, out_device, first_workspace, first_splits,
                                             kHeads, kC);
          CUDA_CHECK_LAUNCH();
        }},
       {"ch05 now: fused, a block per 128 positions (launch_fused_decode_attention)", true,
-       row_bytes * (3 + 2 * (kLength - 1) + 2 + 1),
+       row_bytes * (3 + 2 * (length - 1) + 2 + 1),
        [&] {
          ladder::launch_fused_decode_attention(qkv_device, keys_device, values_device, cursor,
-                                               kCapacity, out_device, fused_workspace, B, kHeads,
+                                               capacity, out_device, fused_workspace, B, kHeads,
                                                kC, s);
        }},
   };
@@ -310,7 +313,7 @@ int run(int argc, char** argv) {
     ladder::bench::copy_to_device(values_device, values);
     if (version.appends) {
       for (int head = 0; head < heads; ++head) {
-        const std::size_t slot = (static_cast<std::size_t>(head) * kCapacity + kPosition) * kD;
+        const std::size_t slot = (static_cast<std::size_t>(head) * capacity + position) * kD;
         ladder::bench::poison(keys_device + slot, kD);
         ladder::bench::poison(values_device + slot, kD);
       }

@@ -24,16 +24,21 @@
 
 namespace ladder::bench {
 
-/// `program [VERSION] [--batch B]`: version 0 means every version.
+/// `program [VERSION] [--batch B] [--new-tokens N]`: version 0 means every version;
+/// --new-tokens (where the bench takes it) sizes a KV cache as the chapters do for a
+/// BOS prompt and N new tokens.
 struct HistoryArguments {
   int version = 0;
   int batch = 32;
+  int new_tokens = 100;
 };
 
 inline HistoryArguments parse_history_arguments(int argc, char** argv, const char* program,
-                                                int versions) {
+                                                int versions, bool takes_new_tokens) {
   const std::string usage = std::string("usage: ") + program + " [VERSION 1.." +
-                            std::to_string(versions) + "] [--batch B], 1 <= B <= 4096";
+                            std::to_string(versions) + "] [--batch B]" +
+                            (takes_new_tokens ? " [--new-tokens N], 2 <= N <= 1023" : "") +
+                            ", 1 <= B <= 4096";
   const auto number = [&](const char* text, long low, long high) {
     char* end = nullptr;
     const long value = std::strtol(text, &end, 10);
@@ -46,6 +51,8 @@ inline HistoryArguments parse_history_arguments(int argc, char** argv, const cha
     const std::string argument = argv[i];
     if (argument == "--batch" && i + 1 < argc) {
       arguments.batch = number(argv[++i], 1, 4096);
+    } else if (takes_new_tokens && argument == "--new-tokens" && i + 1 < argc) {
+      arguments.new_tokens = number(argv[++i], 2, 1023);
     } else if (arguments.version == 0 && argument.rfind("--", 0) != 0) {
       arguments.version = number(argv[i], 1, versions);
     } else {

@@ -162,7 +162,8 @@ constexpr int kVersions = 4;
 
 int run(int argc, char** argv) {
   const ladder::bench::HistoryArguments arguments =
-      ladder::bench::parse_history_arguments(argc, argv, "layernorm_history", kVersions);
+      ladder::bench::parse_history_arguments(argc, argv, "layernorm_history", kVersions,
+                                              /*takes_new_tokens=*/false);
   std::printf("%s\n", ladder::device_banner(ladder::query_device_info()).c_str());
   const int rows = arguments.batch;
   std::printf("LayerNorm, GPT-2 small: %d rows of C = %d\n\n", rows, kC);
