@@ -339,14 +339,23 @@ def measured_by_ncu(chapter):
         return {short_name(row["kernel"]): row for row in csv.DictReader(handle)}
 
 
-def launched_in_source(chapter, configurations):
-    """Kernels of the launchers a chapter's source calls (when no trace is committed)."""
+def chapter_path(chapter, configurations):
+    """The kernels of a chapter's step: [(short name, us/step, launches/step, ours)] from its
+    committed CUPTI trace; without one, the kernels of the launchers its source calls (no
+    time or launches), and the launchers tests/kernel_report/launch_configs.cpp does not
+    call. Returns (rows, traced, unrecorded launchers)."""
+    traced = traced_kernels(chapter)
+    if traced is not None:
+        return [(short_name(name), us, launches, "ladder::" in name)
+                for name, us, launches in traced], True, []
     text = ""
-    for source in glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*")):
+    for source in sorted(glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*"))):
         text += open(source, encoding="utf-8").read()
     launchers = set(re.findall(r"\b(launch_\w+)\s*\(", text))
-    return sorted({kernel for kernel, records in configurations.items()
-                   for record in records if record[1] in launchers})
+    recorded = {record[1] for records in configurations.values() for record in records}
+    names = sorted({kernel for kernel, records in configurations.items()
+                    for record in records if record[1] in launchers})
+    return [(name, None, None, True) for name in names], False, sorted(launchers - recorded)
 
 
 # ---------------------------------------------------------------- the page
@@ -395,19 +404,18 @@ def render(build, kernels, configurations, occupancy_of, promises):
         "",
     ]
     for chapter in chapters():
-        traced = traced_kernels(chapter)
+        rows, traced, unrecorded = chapter_path(chapter, configurations)
         bandwidth = copy_bandwidth(chapter)
         ncu = measured_by_ncu(chapter)
         lines += [f"## {chapter} ({chapter_title(chapter)})", ""]
-        if traced is None:
-            names = launched_in_source(chapter, configurations)
-            rows = [(name, None, None, True) for name in names]
+        if not traced:
             lines += ["No CUPTI trace committed (`results/profile/" + chapter +
                       ".kernel_profile.txt`): the kernels of the launchers its source calls,",
                       "without launches or time.", ""]
-        else:
-            rows = [(short_name(name), us, launches, "ladder::" in name)
-                    for name, us, launches in traced]
+        if unrecorded:
+            lines += ["Launchers it calls that `tests/kernel_report/launch_configs.cpp` does not "
+                      "record (their kernels are missing below): " +
+                      ", ".join(f"`{name}`" for name in unrecorded) + ".", ""]
         sequence_chapter = any(base_name(name) == "causal_attention_kernel" and (launches or 0) >= 1
                                for name, _, launches, _ in rows)
         if ncu is None:
@@ -597,13 +605,12 @@ def collect(build):
     return kernels
 
 
-def check(kernels, promises):
+def check(kernels, promises, configurations):
     """Problems on the chapters' paths: spills, promises the SASS does not keep."""
     problems = []
     for chapter in chapters():
-        traced = traced_kernels(chapter)
-        names = [short_name(name) for name, _, _ in traced] if traced else []
-        for name in names:
+        rows, _, _ = chapter_path(chapter, configurations)
+        for name, _, _, _ in rows:
             info = kernels.get(name)
             if info is None:
                 continue
@@ -653,7 +660,7 @@ def main():
             handle.write(page)
         print(f"wrote {os.path.relpath(OUTPUT, ROOT)}")
         return 0
-    problems = check(kernels, promises)
+    problems = check(kernels, promises, configurations)
     current = open(OUTPUT, encoding="utf-8").read() if os.path.exists(OUTPUT) else ""
     if current != page:
         problems.append("docs/kernels.md is stale: run python3 scripts/kernel_report.py "
