@@ -91,8 +91,11 @@ constexpr int kLaunchesPerGraph = 20;
 constexpr int kWarmupGraphs = 5;
 constexpr int kTimedGraphs = 50;
 
-/// Median GPU microseconds of one `launch` (which enqueues one kernel on `stream`).
-inline double microseconds_per_launch(cudaStream_t stream, const std::function<void()>& launch) {
+/// Median GPU microseconds of one `launch(i)`, which enqueues one kernel on `stream`;
+/// i = 0 .. kLaunchesPerGraph - 1 is the launch's place in the graph (a bench can walk
+/// several copies of its inputs with it, as a step walks its layers).
+inline double microseconds_per_launch(cudaStream_t stream,
+                                      const std::function<void(int)>& launch) {
 #ifndef NDEBUG
   (void)stream;
   (void)launch;
@@ -102,7 +105,7 @@ inline double microseconds_per_launch(cudaStream_t stream, const std::function<v
 #else
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunchesPerGraph; ++i) launch();
+  for (int i = 0; i < kLaunchesPerGraph; ++i) launch(i);
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t instance = nullptr;
   const cudaError_t instantiated = cudaGraphInstantiate(&instance, graph, 0);
