@@ -132,8 +132,7 @@ __global__ void __launch_bounds__(kFirstFusedThreads, 5)
   ladder::OnlineSoftmax<kDims> state;
   for (int chunk = first + warp * kFirstPositionsPerChunk; chunk < end;
        chunk += kFirstFusedWarps * kFirstPositionsPerChunk) {
-    ladder::fold_positions<kWidth>(query, rows_of, chunk,
-                                   min(kFirstPositionsPerChunk, end - chunk),
+    ladder::fold_positions<kWidth>(query, rows_of, chunk, min(kFirstPositionsPerChunk, end - chunk),
                                    /*first_masked=*/INT_MAX, D, lane, state);
   }
 
@@ -222,15 +221,17 @@ int run(int argc, char** argv) {
   const int position = arguments.new_tokens / 2;  // halfway through the run
   const int length = position + 1;
   const int heads = B * kHeads;
-  std::printf("decode attention, GPT-2 small: B = %d, H = %d, D = %d, L = %d of %d cached "
-              "positions\n\n",
-              B, kHeads, kD, length, capacity);
+  std::printf(
+      "decode attention, GPT-2 small: B = %d, H = %d, D = %d, L = %d of %d cached "
+      "positions\n\n",
+      B, kHeads, kD, length, capacity);
 
   // Inputs: qkv [B, 3C], the cache [B, H, capacity, D] holding positions 0 .. p - 1
   // (and, for the versions that do not append, p as well: the chapter's append kernel
   // ran before them). The reference sees the cache with this step's k, v at p.
   const std::size_t cache_floats = static_cast<std::size_t>(heads) * capacity * kD;
-  const std::vector<float> qkv = ladder::bench::random_floats(static_cast<std::size_t>(B) * 3 * kC, 1);
+  const std::vector<float> qkv =
+      ladder::bench::random_floats(static_cast<std::size_t>(B) * 3 * kC, 1);
   std::vector<float> keys = ladder::bench::random_floats(cache_floats, 2);
   std::vector<float> values = ladder::bench::random_floats(cache_floats, 3);
   std::vector<float> query(static_cast<std::size_t>(B) * kC);
@@ -286,31 +287,30 @@ int run(int argc, char** argv) {
       {"ch02 decode attention, valid length (launch_decode_attention)", false,
        row_bytes * (1 + 2 * length + 1),
        [&](float* keys_cache, float* values_cache) {
-         ladder::launch_decode_attention(qkv_device, 3 * kC, keys_cache, values_cache,
-                                         out_device, B, length, capacity, kHeads, kC, s);
+         ladder::launch_decode_attention(qkv_device, 3 * kC, keys_cache, values_cache, out_device,
+                                         B, length, capacity, kHeads, kC, s);
        }},
       {"ch04 static cache, every cached position, masked", false,
        row_bytes * (1 + 2 * capacity + 1),
        [&](float* keys_cache, float* values_cache) {
-         ladder::launch_static_cache_attention(qkv_device, 3 * kC, keys_cache, values_cache,
-                                               cursor, capacity, out_device, B, kHeads, kC, s);
+         ladder::launch_static_cache_attention(qkv_device, 3 * kC, keys_cache, values_cache, cursor,
+                                               capacity, out_device, B, kHeads, kC, s);
        }},
       {"ch05 first: fused, splits from the SM count (6123541)", true,
        row_bytes * (3 + 2 * (length - 1) + 2 + 1),
        [&](float* keys_cache, float* values_cache) {
          first_fused_decode_attention_kernel<4, 2>
              <<<dim3(static_cast<unsigned int>(heads), static_cast<unsigned int>(first_splits)),
-                kFirstFusedThreads, 0, s>>>(qkv_device, keys_cache, values_cache, cursor,
-                                            capacity, out_device, first_workspace, first_splits,
-                                            kHeads, kC);
+                kFirstFusedThreads, 0, s>>>(qkv_device, keys_cache, values_cache, cursor, capacity,
+                                            out_device, first_workspace, first_splits, kHeads, kC);
          CUDA_CHECK_LAUNCH();
        }},
       {"ch05 now: fused, a block per 128 positions (launch_fused_decode_attention)", true,
        row_bytes * (3 + 2 * (length - 1) + 2 + 1),
        [&](float* keys_cache, float* values_cache) {
          ladder::launch_fused_decode_attention(qkv_device, keys_cache, values_cache, cursor,
-                                               capacity, out_device, fused_workspace, B, kHeads,
-                                               kC, s);
+                                               capacity, out_device, fused_workspace, B, kHeads, kC,
+                                               s);
        }},
   };
   std::printf("version %-56s  check against the CPU     GPU time   bandwidth\n", "");
@@ -337,8 +337,8 @@ int run(int argc, char** argv) {
     double error = ladder::reference::relative_error(out.data(), expected.data(), out.size());
     if (version.appends) {
       const std::vector<float> cache = ladder::bench::copy_to_host(keys_device, cache_floats);
-      error = std::max(error, ladder::reference::relative_error(cache.data(), keys.data(),
-                                                                cache.size()));
+      error = std::max(error,
+                       ladder::reference::relative_error(cache.data(), keys.data(), cache.size()));
     }
     ladder::bench::require_close(v, error, kTolerance);
     for (int layer = 1; layer < kLayers; ++layer) {

@@ -94,8 +94,7 @@ constexpr int kTimedGraphs = 50;
 /// Median GPU microseconds of one `launch(i)`, which enqueues one kernel on `stream`;
 /// i = 0 .. kLaunchesPerGraph - 1 is the launch's place in the graph (a bench can walk
 /// several copies of its inputs with it, as a step walks its layers).
-inline double microseconds_per_launch(cudaStream_t stream,
-                                      const std::function<void(int)>& launch) {
+inline double microseconds_per_launch(cudaStream_t stream, const std::function<void(int)>& launch) {
 #ifndef NDEBUG
   (void)stream;
   (void)launch;

@@ -155,8 +155,8 @@ __global__ void warp_row_residual_layernorm_kernel(float* residual, const float*
 
 // ---------------------------------------------------------------- the bench
 
-constexpr int kC = 768;                                 // GPT-2 small
-constexpr int kPacksPerLane = kC / 4 / kWarpSize;       // 6 packs of 4 floats a lane
+constexpr int kC = 768;                            // GPT-2 small
+constexpr int kPacksPerLane = kC / 4 / kWarpSize;  // 6 packs of 4 floats a lane
 constexpr float kEps = 1e-5f;
 constexpr double kTolerance = 1e-4;
 constexpr int kVersions = 4;
@@ -164,7 +164,7 @@ constexpr int kVersions = 4;
 int run(int argc, char** argv) {
   const ladder::bench::HistoryArguments arguments =
       ladder::bench::parse_history_arguments(argc, argv, "layernorm_history", kVersions,
-                                              /*takes_new_tokens=*/false);
+                                             /*takes_new_tokens=*/false);
   std::printf("%s\n", ladder::device_banner(ladder::query_device_info()).c_str());
   const int rows = arguments.batch;
   std::printf("LayerNorm, GPT-2 small: %d rows of C = %d\n\n", rows, kC);
@@ -196,10 +196,10 @@ int run(int argc, char** argv) {
 
   const ladder::CudaStream stream;
   const cudaStream_t s = stream.get();
-  const unsigned int warp_row_blocks = static_cast<unsigned int>((rows + kRowsPerBlock - 1) /
-                                                                 kRowsPerBlock);
+  const unsigned int warp_row_blocks =
+      static_cast<unsigned int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
   const double tensor = static_cast<double>(count) * sizeof(float);  // one [rows, C] tensor
-  const double parameters = 2.0 * kC * sizeof(float);                 // weight and bias
+  const double parameters = 2.0 * kC * sizeof(float);                // weight and bias
   struct Version {
     const char* name;
     bool residual;  // residual add first: residual in place, two more tensors moved

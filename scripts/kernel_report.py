@@ -22,8 +22,8 @@ and cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump); no GPU. It r
     measurements (scripts/profile_kernels.sh).
 The check (--check) fails when a kernel on a chapter's path uses local memory (spills),
 when a kernel's SASS lacks an instruction its comment promises (a line
-`// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel), or when docs/kernels.md is
-not what this script writes.
+`// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel), or when
+docs/kernels.md is not what this script writes.
 """
 
 import argparse
@@ -79,7 +79,7 @@ def fail(message):
 
 
 def find_tool(name):
-    """A CUDA binary tool: on PATH, in the toolkit beside nvcc, or from pip's nvidia-cuda-* wheel."""
+    """A CUDA binary tool: on PATH, beside nvcc, or from pip's nvidia-cuda-* wheel."""
     found = shutil.which(name)
     if found:
         return found
@@ -91,8 +91,8 @@ def find_tool(name):
     for candidate in candidates:
         if os.access(candidate, os.X_OK):
             return candidate
-    fail(f"{name} not found (pip install nvidia-cuda-{name.replace('cuobjdump', 'cuobjdump')}, "
-         "or scripts/install_dependencies.sh)")
+    fail(f"{name} not found (python3 -m pip install nvidia-cuda-{name}, or run "
+         "scripts/install_dependencies.sh)")
 
 
 def run(command):
@@ -291,8 +291,8 @@ def occupancies(build, requests):
 # ---------------------------------------------------------------- chapters and results
 
 def chapters():
-    return sorted(os.path.basename(path) for path in glob.glob(os.path.join(ROOT, "chapters", "[0-9][0-9]_*"))
-                  if os.path.isdir(path))
+    folders = glob.glob(os.path.join(ROOT, "chapters", "[0-9][0-9]_*"))
+    return sorted(os.path.basename(path) for path in folders if os.path.isdir(path))
 
 
 def chapter_title(chapter):
@@ -400,7 +400,8 @@ def render(build, kernels, configurations, occupancy_of, promises):
         "  achieved occupancy; \"not measured\" until `scripts/profile_kernels.sh` has run on the",
         "  GPU and its `results/ncu/` files are committed.",
         "",
-        "Library kernels (cuBLASLt's matmuls) have no objects here; their rows show the trace only.",
+        "Library kernels (cuBLASLt's matmuls) have no objects here; their rows show the trace",
+        "only.",
         "",
     ]
     for chapter in chapters():
@@ -420,8 +421,9 @@ def render(build, kernels, configurations, occupancy_of, promises):
                                for name, _, launches, _ in rows)
         if ncu is None:
             lines += ["ncu: not measured (no `results/ncu/" + chapter + ".csv` committed).", ""]
-        lines += ["| kernel | launches/step | launch | regs | local | shared | occupancy 80/86/89/90 % "
-                  "(sm_90 limiter) | loads | stores | MMA | must move | took | implied bandwidth | ncu |",
+        lines += ["| kernel | launches/step | launch | regs | local | shared | "
+                  "occupancy 80/86/89/90 % (sm_90 limiter) | loads | stores | MMA | must move | "
+                  "took | implied bandwidth | ncu |",
                   "|---|---:|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---|"]
         for name, us, launches, ours in rows:
             info = kernels.get(name)
@@ -429,9 +431,10 @@ def render(build, kernels, configurations, occupancy_of, promises):
             took_text = f"{us:.1f} us" if us is not None else "-"
             ncu_text = ncu_cell(ncu, name, bandwidth)
             if info is None:
-                owner = "not in this build: renamed or removed since the trace" if ours else "library"
-                lines.append(f"| `{abbreviate(name)}` ({owner}) | {launches_text} | | | | | | | | | | "
-                             f"{took_text} | | {ncu_text} |")
+                owner = ("not in this build: renamed or removed since the trace" if ours
+                         else "library")
+                lines.append(f"| `{abbreviate(name)}` ({owner}) | {launches_text} "
+                             f"| | | | | | | | | | {took_text} | | {ncu_text} |")
                 continue
             launch_text = launch_cell(configurations.get(name, []), sequence_chapter)
             occupancy_text = occupancy_cell(info, configurations.get(name, []), occupancy_of)
@@ -448,16 +451,17 @@ def render(build, kernels, configurations, occupancy_of, promises):
                 implied = f"{rate / 1e9:.0f} GB/s"
                 if bandwidth:
                     implied += f" ({100 * rate / bandwidth:.0f}%)"
+            shared = info["shared"] + dynamic_shared(configurations.get(name, []))
             lines.append(
                 f"| `{name}` | {launches_text} | {launch_text} | {info['registers']} | "
-                f"{info['local']} | {info['shared'] + dynamic_shared(configurations.get(name, []))} | "
+                f"{info['local']} | {shared} | "
                 f"{occupancy_text} | {info['loads']} | {info['stores']} | {info['mma']} | "
                 f"{moved_text} | {took_text} | {implied} | {ncu_text} |")
         lines.append("")
     lines += ["## Minimal traffic per launch", "",
               f"R rows (B = {B} in a decode step, B x 51 in the naive chapter's forward), C = {C},",
-              f"V = {V}, L = {MEAN_LENGTH} valid cache positions (the mean over the run's decode steps);",
-              "fp32, 4 bytes a number.", "", "| kernel | bytes per launch |", "|---|---|"]
+              f"V = {V}, L = {MEAN_LENGTH} valid cache positions (the mean over the run's decode",
+              "steps); fp32, 4 bytes a number.", "", "| kernel | bytes per launch |", "|---|---|"]
     for name, (formula, _) in sorted(TRAFFIC.items()):
         lines.append(f"| `{name}` | {formula} |")
     lines += ["", "## Promised instructions", "",

@@ -89,8 +89,8 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* host_stub) {
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** /*arguments*/,
                                std::size_t shared_bytes, cudaStream_t /*stream*/) {
   Recorder& state = recorder();
-  const long long offset = reinterpret_cast<const char*>(kernel) -
-                           reinterpret_cast<const char*>(&kernel_report_anchor);
+  const long long offset =
+      reinterpret_cast<const char*>(kernel) - reinterpret_cast<const char*>(&kernel_report_anchor);
   std::printf("%s\t%s\t%lld\t%u,%u,%u\t%u,%u,%u\t%zu\n", state.workload.c_str(),
               state.launcher.c_str(), offset, grid.x, grid.y, grid.z, block.x, block.y, block.z,
               shared_bytes);
@@ -181,9 +181,8 @@ void record_all() {
     record(workload, "launch_gelu", [&] { ladder::launch_gelu(x, y, rows, 4 * C, kStream); });
     record(workload, "launch_add_bias",
            [&] { ladder::launch_add_bias(x, bias, rows, 3 * C, kStream); });
-    record(workload, "launch_embedding", [&] {
-      ladder::launch_embedding(tokens, positions, weight, bias, y, rows, C, kStream);
-    });
+    record(workload, "launch_embedding",
+           [&] { ladder::launch_embedding(tokens, positions, weight, bias, y, rows, C, kStream); });
     record(workload, "launch_sequence_embedding", [&] {
       ladder::launch_sequence_embedding(tokens, weight, bias, y, B, T, 0, C, kStream);
     });
