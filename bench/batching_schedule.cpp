@@ -12,7 +12,7 @@
 // the weights), the ratio of steps is the ratio of output tokens/s: a prediction, which
 // the chapter measures.
 //
-// Run:  build/native/bench/batching_schedule [--requests N] [--slots S] [--seed X]
+// Run:  build/current/bench/batching_schedule [--requests N] [--slots S] [--seed X]
 //                                            [--rate R] [--timeline]
 //   --rate R     Poisson arrivals, R requests per second, one step = 1 ms of the clock
 //   --timeline   also draw which request each slot holds, step by step, for the first

@@ -48,6 +48,7 @@ __device__ __forceinline__ float block_sum(float value, float* partials) {
 // Grid:   one block per row (blockIdx.x = r); thread t holds packs t, t + 256, ... of
 //         the row (at most kPacksPerThread) in registers, so the row is read once and
 //         the sum written once; the statistics come from the registers.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
