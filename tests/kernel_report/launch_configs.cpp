@@ -219,8 +219,9 @@ void record_all() {
                                           C, kStream);
   });
   record("decode", "launch_argmax_step", [&] {
-    ladder::launch_argmax_step(logits, nullptr, tokens, finished, all_finished, output_tokens,
-                               cursor, B, V, kNewTokens, 50256, kStream);
+    const ladder::GreedyState state{/*forced_tokens=*/nullptr, finished, all_finished,
+                                    output_tokens, kNewTokens, /*eos_id=*/50256};
+    ladder::launch_argmax_step(logits, tokens, state, cursor, B, V, kStream);
   });
 }
 
