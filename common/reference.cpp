@@ -488,8 +488,7 @@ std::vector<float> Model::step(KvCache& cache, std::int32_t token) const {
     std::vector<float>& keys = cache.keys[layer];
     std::vector<float>& values = cache.values[layer];
     transformer_block(weights_, weights_.layout.layers[layer], residual.data(), 1, buffers,
-                      round_stored,
-                      [&](const float* qkv, float* attention) {
+                      round_stored, [&](const float* qkv, float* attention) {
                         keys.insert(keys.end(), qkv + C, qkv + 2 * C);
                         values.insert(values.end(), qkv + 2 * C, qkv + 3 * C);
                         for (int h = 0; h < config.n_head; ++h) {

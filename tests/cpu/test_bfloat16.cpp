@@ -55,10 +55,10 @@ std::size_t disagreements(const std::vector<std::uint32_t>& inputs, std::uint32_
     const float x = float_from_bits(bits);
     if (std::isnan(x)) continue;
     const float rounded = ladder::round_to_bfloat16(x);
-    const double expected = std::isinf(x) ? static_cast<double>(x)
-                                          : nearest_bfloat16_by_arithmetic(x);
-    const bool same = static_cast<double>(rounded) == expected &&
-                      std::signbit(rounded) == std::signbit(expected);
+    const double expected =
+        std::isinf(x) ? static_cast<double>(x) : nearest_bfloat16_by_arithmetic(x);
+    const bool same =
+        static_cast<double>(rounded) == expected && std::signbit(rounded) == std::signbit(expected);
     if (!same && count++ == 0) *first = bits;
   }
   return count;
@@ -108,8 +108,8 @@ TEST_CASE("bf16 rounding: exact values, ties to even, subnormals, overflow", "[b
     CHECK(ladder::float_to_bfloat16_bits(-std::numeric_limits<float>::infinity()) == 0xFF80);
   }
   SECTION("a NaN stays a NaN, even when its payload sits in the dropped bits") {
-    for (std::uint32_t nan_bits : {0x7FC00000u, 0x7F800001u, 0x7F80FFFFu, 0xFFC00000u,
-                                   0xFF800001u, 0x7FFFFFFFu}) {
+    for (std::uint32_t nan_bits :
+         {0x7FC00000u, 0x7F800001u, 0x7F80FFFFu, 0xFFC00000u, 0xFF800001u, 0x7FFFFFFFu}) {
       INFO("float bits " << std::hex << nan_bits);
       const std::uint16_t bits = round_bits(nan_bits);
       CHECK(std::isnan(ladder::bfloat16_bits_to_float(bits)));
@@ -144,8 +144,7 @@ TEST_CASE("bf16 rounding agrees with arithmetic in double near every bf16 value 
   CHECK(at_random == 0);
 }
 
-TEST_CASE("bf16 widening is exact and rounding a widened value gives its bits back",
-          "[bfloat16]") {
+TEST_CASE("bf16 widening is exact and rounding a widened value gives its bits back", "[bfloat16]") {
   std::size_t mismatches = 0;
   for (std::uint32_t high = 0; high <= 0xFFFF; ++high) {
     const std::uint16_t bits = static_cast<std::uint16_t>(high);
