@@ -180,6 +180,64 @@ TEST_CASE("bf16 mode rounds the weights and the KV cache, not the logits", "[ref
   CHECK_FALSE(all_bfloat16(logits));  // logits stay fp32
 }
 
+TEST_CASE("bf16 mode is the fp32 operations rounded at R2-R7, bit for bit", "[reference][bf16]") {
+  // The contract restated from the public operations on a short sequence: any store
+  // point the model skipped, or a rounding the contract does not list, shows here.
+  const ladder::Gpt2Weights weights = load_golden_model();
+  const ref::Model bf16(weights, ref::Precision::bf16);
+  const ladder::Gpt2Weights& w = bf16.weights();  // R1, checked above
+  const ladder::Gpt2Config& config = w.config;
+  const int C = config.n_embd;
+  const float eps = config.layer_norm_epsilon;
+  const auto stored = [](std::vector<float> values) {
+    ladder::round_to_bfloat16(values.data(), values.size());
+    return values;
+  };
+  const Tokens tokens = {123, 7, 380, 42, 300};
+  const int T = static_cast<int>(tokens.size());
+  const auto normed = [&](const std::vector<float>& x, std::size_t weight, std::size_t bias) {
+    std::vector<float> out(x.size());
+    ref::layernorm(x.data(), w.at(weight), w.at(bias), out.data(), T, C, eps);
+    return stored(out);  // R3
+  };
+  const auto product = [&](const std::vector<float>& x, std::size_t weight, std::size_t bias,
+                           int out_features) {
+    const int in_features = static_cast<int>(x.size()) / T;
+    std::vector<float> out(static_cast<std::size_t>(T) * out_features);
+    ref::linear(x.data(), w.at(weight), w.at(bias), out.data(), T, in_features, out_features);
+    return out;
+  };
+  const auto plus_residual = [&](const std::vector<float>& x, const std::vector<float>& y) {
+    std::vector<float> sum(x.size());
+    ref::add(x.data(), y.data(), sum.data(), sum.size());
+    return stored(sum);  // R6: one rounding of residual + projection
+  };
+
+  const Tokens positions = {0, 1, 2, 3, 4};
+  std::vector<float> x(static_cast<std::size_t>(T) * C);
+  ref::embedding(tokens.data(), positions.data(), w.at(w.layout.token_embedding),
+                 w.at(w.layout.position_embedding), x.data(), T, C);
+  x = stored(x);  // R2
+  for (const ladder::LayerOffsets& layer : w.layout.layers) {
+    const std::vector<float> qkv = stored(product(normed(x, layer.ln_1_weight, layer.ln_1_bias),
+                                                  layer.qkv_weight, layer.qkv_bias, 3 * C));  // R4
+    std::vector<float> attention(x.size());
+    ref::causal_attention(qkv.data(), attention.data(), 1, T, config.n_head, C);
+    attention = stored(attention);  // R5
+    x = plus_residual(x, product(attention, layer.attn_proj_weight, layer.attn_proj_bias, C));
+    std::vector<float> hidden = product(normed(x, layer.ln_2_weight, layer.ln_2_bias),
+                                        layer.fc_weight, layer.fc_bias, 4 * C);
+    ref::gelu(hidden.data(), hidden.data(), hidden.size());
+    hidden = stored(hidden);  // R7: after bias and GELU, once
+    x = plus_residual(x, product(hidden, layer.mlp_proj_weight, layer.mlp_proj_bias, C));
+  }
+  const std::vector<float> final_normed = normed(x, w.layout.ln_f_weight, w.layout.ln_f_bias);
+  std::vector<float> logits(static_cast<std::size_t>(T) * config.vocab_size);
+  ref::lm_head(final_normed.data(), w.at(w.layout.token_embedding), logits.data(), T, C,
+               config.vocab_size);  // fp32, not rounded
+  CHECK(bf16.forward(tokens) == logits);
+}
+
 TEST_CASE("bf16 mode: the full forward and KV-cached steps give the same logits",
           "[reference][bf16]") {
   const ladder::Gpt2Weights weights = load_golden_model();
