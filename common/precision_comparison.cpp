@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -105,6 +106,25 @@ PrecisionComparison compare_logit_sequences(const std::vector<float>& actual,
   }
   return compare_logit_sequences(actual.data(), reference.data(), steps, rows, vocab_size,
                                  margin_tolerance);
+}
+
+std::string describe(const PrecisionComparison& comparison) {
+  std::ostringstream text;
+  text << "token agreement " << comparison.token_agreement_rate << " ("
+       << comparison.agreeing_tokens << " of " << comparison.relative_errors.size()
+       << "), first divergent step ";
+  if (comparison.first_divergent_step < 0) {
+    text << "none";
+  } else {
+    text << comparison.first_divergent_step << " (per row:";
+    for (int step : comparison.first_divergent_step_of_row) text << ' ' << step;
+    text << ")";
+  }
+  const ErrorDistribution& error = comparison.relative_error;
+  text << "; relative logit error median " << error.median << ", p90 " << error.p90 << ", p99 "
+       << error.p99 << ", max " << error.max << "; " << comparison.small_margins.size()
+       << " (step, row) with a top-2 margin below the tolerance";
+  return text.str();
 }
 
 }  // namespace ladder

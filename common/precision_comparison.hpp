@@ -15,9 +15,15 @@
 // e in those units moves each logit by at most e * max |ref|, so it can swap the top two
 // only when the relative margin is below 2e: pass margin_tolerance = 2 * the logits'
 // tolerance to flag every step where a tolerated error could change the token.
+//
+// Teacher-forced sequences (both runs fed the same tokens) are compared step by step. In
+// free-running generation a row's inputs differ after its first divergent step, so only
+// that step says something about rounding, and the logit errors after it measure two
+// different continuations: read the error distribution from teacher-forced runs.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace ladder {
@@ -72,5 +78,9 @@ PrecisionComparison compare_logit_sequences(const float* actual, const float* re
 PrecisionComparison compare_logit_sequences(const std::vector<float>& actual,
                                             const std::vector<float>& reference, int steps,
                                             int rows, int vocab_size, double margin_tolerance);
+
+/// One paragraph for a report: agreement, first divergence (overall and per row), the
+/// error quantiles and the number of small-margin (step, row) pairs.
+std::string describe(const PrecisionComparison& comparison);
 
 }  // namespace ladder

@@ -88,6 +88,11 @@ int argmax(const float* values, int n);
 //   R7 MLP hidden  bf16(gelu(x W + b)): bias and GELU in the epilogue, rounded once.
 //   -- logits      fp32: the LM head accumulates bf16 inputs and weights and stores
 //                  floats, and the argmax runs on those fp32 logits.
+// Why the residual stream is bf16 too: it is stored between kernels like any activation,
+// and halving its bytes costs little accuracy: most of bf16's error comes from R1. On the
+// golden model's teacher-forced sequences, the median relative logit error against fp32
+// is 0.009-0.010 with every point above, 0.008-0.009 with the residual kept in fp32 and
+// 0.007 with R1 alone (the last two measured once, by editing this reference).
 // A kernel test in bf16 feeds an operation bf16-valued inputs (round_to_bfloat16) and
 // compares with round_to_bfloat16(reference op) where the list stores the result.
 

@@ -78,6 +78,11 @@ TEST_CASE("precision comparison counts agreement, divergences, errors and small 
   CHECK(comparison.unexplained_first_divergences[0].row == 1);
   CHECK(comparison.unexplained_first_divergences[0].step == 0);
 
+  CHECK_THAT(ladder::describe(comparison),
+             Catch::Contains("token agreement 0.5 (3 of 6)") &&
+                 Catch::Contains("first divergent step 0 (per row: 1 0)") &&
+                 Catch::Contains("max 1.5") && Catch::Contains("; 1 (step, row)"));
+
   SECTION("a wider margin tolerance explains row 1's divergence too") {
     const ladder::PrecisionComparison wide =
         ladder::compare_logit_sequences(actual_logits, reference_logits, 3, 2, 4, 0.1);
@@ -96,6 +101,7 @@ TEST_CASE("precision comparison of a sequence with itself, of nothing, and of ba
   CHECK(same.first_divergent_step == -1);
   CHECK(same.relative_error.max == 0.0);
   CHECK(same.small_margins.empty());  // nothing is below a zero tolerance
+  CHECK_THAT(ladder::describe(same), Catch::Contains("first divergent step none"));
 
   const ladder::PrecisionComparison empty =
       ladder::compare_logit_sequences(std::vector<float>{}, std::vector<float>{}, 0, 2, 4, 0.1);

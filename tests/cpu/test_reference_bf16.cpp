@@ -69,23 +69,6 @@ bool all_bfloat16(const std::vector<float>& values) {
                      [](float value) { return ladder::round_to_bfloat16(value) == value; });
 }
 
-std::string summary(const std::string& what, const ladder::PrecisionComparison& comparison) {
-  std::ostringstream text;
-  text << what << ": token agreement " << comparison.token_agreement_rate
-       << ", first divergent step " << comparison.first_divergent_step
-       << ", relative logit error median " << comparison.relative_error.median << " p90 "
-       << comparison.relative_error.p90 << " p99 " << comparison.relative_error.p99 << " max "
-       << comparison.relative_error.max << "; " << comparison.small_margins.size()
-       << " (step, row) with a reference top-2 margin below the tolerance";
-  for (std::size_t row = 0; row < comparison.first_divergent_step_of_row.size(); ++row) {
-    if (comparison.first_divergent_step_of_row[row] >= 0) {
-      text << "; row " << row << " first differs at step "
-           << comparison.first_divergent_step_of_row[row];
-    }
-  }
-  return text.str();
-}
-
 /// The logits at every position of every sequence, one after the other: [positions, V].
 std::vector<float> teacher_forced_logits(const ref::Model& model,
                                          const std::vector<Tokens>& sequences) {
@@ -264,7 +247,7 @@ TEST_CASE("bf16 mode differs from fp32 by more than rounding noise and less than
   const ladder::PrecisionComparison comparison = compare_positions(
       teacher_forced_logits(bf16, sequences), teacher_forced_logits(fp32, sequences),
       weights.config.vocab_size, margin_tolerance_for(bf16_against_fp32_bound));
-  WARN(summary("bf16 against fp32, teacher-forced", comparison));
+  WARN("bf16 against fp32, teacher-forced: " << ladder::describe(comparison));
   CHECK(comparison.relative_errors.front() >= bf16_rounding_unit);
   CHECK(comparison.relative_error.max <= bf16_against_fp32_bound);
   // Same inputs at every position: a different token is rounding only where fp32's own
@@ -287,7 +270,7 @@ TEST_CASE("bf16 and fp32 greedy tokens agree on the golden model except at small
     const ladder::PrecisionComparison comparison = ladder::compare_logit_sequences(
         bf16_run.logits, fp32_run.logits, steps, static_cast<int>(prompts.size()), V,
         margin_tolerance_for(bf16_against_fp32_bound));
-    WARN(summary(std::string("bf16 against fp32, greedy, ") + file, comparison));
+    WARN("bf16 against fp32, greedy, " << file << ": " << ladder::describe(comparison));
     // After a row's first divergence the runs feed different tokens; only that first
     // divergence can be judged, and it must sit at a small fp32 margin.
     check_none(comparison.unexplained_first_divergences,
@@ -319,8 +302,8 @@ TEST_CASE("bf16 teacher-forced logits match Hugging Face's in torch.bfloat16", "
       compare_positions(hf_logits, bf16_logits, V, margin_tolerance);
   const ladder::PrecisionComparison against_fp32 =
       compare_positions(hf_logits, teacher_forced_logits(fp32, sequences), V, margin_tolerance);
-  WARN(summary("Hugging Face bf16 against the bf16 reference", against_bf16));
-  WARN(summary("Hugging Face bf16 against the fp32 reference", against_fp32));
+  WARN("Hugging Face bf16 against the bf16 reference: " << ladder::describe(against_bf16));
+  WARN("Hugging Face bf16 against the fp32 reference: " << ladder::describe(against_fp32));
   CHECK(against_bf16.relative_error.max <= hugging_face_bf16_tolerance);
   CHECK(against_bf16.relative_error.median < against_fp32.relative_error.median);
   check_none(against_bf16.large_margin_mismatches,
