@@ -22,19 +22,35 @@ float float_of(std::uint32_t bits) {
   return value;
 }
 
-void require_matrix_size(std::size_t size, int K, int N, const char* what) {
-  if (K < 1 || N < 1 || size != static_cast<std::size_t>(K) * static_cast<std::size_t>(N)) {
+void require_dimensions(int K, int N, const char* what) {
+  if (K < 1 || N < 1) {
+    throw std::invalid_argument(std::string(what) + ": a [" + std::to_string(K) + ", " +
+                                std::to_string(N) + "] matrix; pass K, N >= 1");
+  }
+}
+
+void require_size(std::size_t size, std::size_t expected, int K, int N, const char* what) {
+  if (size != expected) {
     throw std::invalid_argument(std::string(what) + ": " + std::to_string(size) +
                                 " values for a [" + std::to_string(K) + ", " + std::to_string(N) +
-                                "] matrix; pass K * N values with K, N >= 1");
+                                "] matrix that takes " + std::to_string(expected) +
+                                "; pass the whole matrix");
   }
 }
 
 /// Where element (k, n) of a [K, N] matrix sits in `layout`.
 std::size_t packed_index(int k, int n, int K, int N, BfloatLayout layout) {
-  return layout == BfloatLayout::k_major
-             ? static_cast<std::size_t>(k) * static_cast<std::size_t>(N) + n
-             : static_cast<std::size_t>(n) * static_cast<std::size_t>(K) + k;
+  const std::size_t row = static_cast<std::size_t>(k), column = static_cast<std::size_t>(n);
+  switch (layout) {
+    case BfloatLayout::k_major:
+      return row * static_cast<std::size_t>(N) + column;
+    case BfloatLayout::n_major:
+      return column * static_cast<std::size_t>(K) + row;
+    case BfloatLayout::k_tiled:
+      break;
+  }
+  const std::size_t tile = row / kBfloatTileK, within = row % kBfloatTileK;
+  return (tile * static_cast<std::size_t>(N) + column) * kBfloatTileK + within;
 }
 
 }  // namespace
@@ -63,10 +79,27 @@ void round_to_bfloat16(float* values, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) values[i] = round_to_bfloat16(values[i]);
 }
 
+std::size_t packed_bfloat16_size(int K, int N, BfloatLayout layout) {
+  require_dimensions(K, N, "packed_bfloat16_size");
+  const std::size_t rows =
+      layout == BfloatLayout::k_tiled
+          ? (static_cast<std::size_t>(K) + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK
+          : static_cast<std::size_t>(K);
+  return rows * static_cast<std::size_t>(N);
+}
+
 std::vector<std::uint16_t> pack_bfloat16_weights(const std::vector<float>& weights, int K, int N,
                                                  BfloatLayout layout) {
-  require_matrix_size(weights.size(), K, N, "pack_bfloat16_weights");
-  std::vector<std::uint16_t> packed(weights.size());
+  require_dimensions(K, N, "pack_bfloat16_weights");
+  require_size(weights.size(), static_cast<std::size_t>(K) * static_cast<std::size_t>(N), K, N,
+               "pack_bfloat16_weights");
+  return pack_bfloat16_weights(weights.data(), K, N, layout);
+}
+
+std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, int N,
+                                                 BfloatLayout layout) {
+  require_dimensions(K, N, "pack_bfloat16_weights");
+  std::vector<std::uint16_t> packed(packed_bfloat16_size(K, N, layout), 0);
   for (int k = 0; k < K; ++k) {
     for (int n = 0; n < N; ++n) {
       packed[packed_index(k, n, K, N, layout)] =
@@ -78,8 +111,9 @@ std::vector<std::uint16_t> pack_bfloat16_weights(const std::vector<float>& weigh
 
 std::vector<float> unpack_bfloat16_weights(const std::vector<std::uint16_t>& packed, int K, int N,
                                            BfloatLayout layout) {
-  require_matrix_size(packed.size(), K, N, "unpack_bfloat16_weights");
-  std::vector<float> weights(packed.size());
+  require_dimensions(K, N, "unpack_bfloat16_weights");
+  require_size(packed.size(), packed_bfloat16_size(K, N, layout), K, N, "unpack_bfloat16_weights");
+  std::vector<float> weights(static_cast<std::size_t>(K) * static_cast<std::size_t>(N));
   for (int k = 0; k < K; ++k) {
     for (int n = 0; n < N; ++n) {
       weights[packed_index(k, n, K, N, BfloatLayout::k_major)] =

@@ -43,16 +43,34 @@ void round_to_bfloat16(float* values, std::size_t n);
 ///     consecutive inputs of one output column, so a thread or warp owning a column dots
 ///     it with x streaming contiguous memory (the GEMV view, and the "col" B operand of
 ///     mma.sync's m16n8k16).
-enum class BfloatLayout { k_major, n_major };
+///   * k_tiled: K cut into tiles of kBfloatTileK = 8 inputs (16 bytes); tile t holds, for
+///     every column n in order, its 8 inputs t*8 .. t*8+7: element (k, n) at
+///     ((k / 8) * N + n) * 8 + k % 8. 32 lanes reading 16 bytes each for 32 neighbouring
+///     columns read 512 contiguous bytes (coalesced), which n_major's rows K apart do not.
+///     K is padded with zeros to a multiple of 8.
+enum class BfloatLayout { k_major, n_major, k_tiled };
 
-/// W [K, N] fp32 (row-major) rounded to bf16 bit patterns in `layout`.
-/// Throws std::invalid_argument when weights.size() != K * N or K, N < 1.
+/// Inputs per tile of BfloatLayout::k_tiled: 8 bf16, one 16-byte load.
+inline constexpr int kBfloatTileK = 8;
+
+/// Number of bf16 values W [K, N] takes in `layout` (K * N, but K rounded up to a
+/// multiple of kBfloatTileK for k_tiled).
+std::size_t packed_bfloat16_size(int K, int N, BfloatLayout layout);
+
+/// W [K, N] fp32 (row-major, K * N floats at `weights`, for example a matrix of the flat
+/// Gpt2Weights array) rounded to bf16 bit patterns in `layout` (padding is +0).
+/// Throws std::invalid_argument when K, N < 1.
+std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, int N,
+                                                 BfloatLayout layout);
+
+/// The same from a vector; also throws when weights.size() != K * N.
 std::vector<std::uint16_t> pack_bfloat16_weights(const std::vector<float>& weights, int K, int N,
                                                  BfloatLayout layout);
 
 /// The inverse view: bf16 bit patterns in `layout` widened back to fp32 [K, N] row-major.
 /// unpack(pack(W)) == W rounded to bf16, element for element.
-/// Throws std::invalid_argument when packed.size() != K * N or K, N < 1.
+/// Throws std::invalid_argument when packed.size() != packed_bfloat16_size(K, N, layout) or
+/// K, N < 1.
 std::vector<float> unpack_bfloat16_weights(const std::vector<std::uint16_t>& packed, int K, int N,
                                            BfloatLayout layout);
 

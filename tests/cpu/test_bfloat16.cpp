@@ -165,33 +165,71 @@ TEST_CASE("bf16 widening is exact and rounding a widened value gives its bits ba
 
 TEST_CASE("bf16 weight packing: each layout places (k, n) where it says, and unpacks back",
           "[bfloat16]") {
-  const int K = 5, N = 3;  // not multiples of anything
+  const int K = 13, N = 3;  // K is not a multiple of the k_tiled tile (8)
   std::vector<float> weights(static_cast<std::size_t>(K) * N);
   for (int k = 0; k < K; ++k) {
     for (int n = 0; n < N; ++n) weights[k * N + n] = 1.0f + 0.001f * static_cast<float>(k * N + n);
   }
-  for (const ladder::BfloatLayout layout :
-       {ladder::BfloatLayout::k_major, ladder::BfloatLayout::n_major}) {
+  std::vector<float> rounded = weights;
+  ladder::round_to_bfloat16(rounded.data(), rounded.size());
+  struct Case {
+    ladder::BfloatLayout layout;
+    std::size_t size;
+  };
+  for (const Case& layout_case :
+       {Case{ladder::BfloatLayout::k_major, 39u}, Case{ladder::BfloatLayout::n_major, 39u},
+        Case{ladder::BfloatLayout::k_tiled, 16u * 3u}}) {
+    const ladder::BfloatLayout layout = layout_case.layout;
+    INFO("layout " << static_cast<int>(layout));
+    REQUIRE(ladder::packed_bfloat16_size(K, N, layout) == layout_case.size);
     const std::vector<std::uint16_t> packed = ladder::pack_bfloat16_weights(weights, K, N, layout);
-    REQUIRE(packed.size() == weights.size());
+    REQUIRE(packed.size() == layout_case.size);
+    std::vector<bool> written(packed.size(), false);
     for (int k = 0; k < K; ++k) {
       for (int n = 0; n < N; ++n) {
-        const std::size_t at = layout == ladder::BfloatLayout::k_major
-                                   ? static_cast<std::size_t>(k) * N + n
-                                   : static_cast<std::size_t>(n) * K + k;
+        std::size_t at = 0;
+        switch (layout) {
+          case ladder::BfloatLayout::k_major:
+            at = static_cast<std::size_t>(k) * N + n;
+            break;
+          case ladder::BfloatLayout::n_major:
+            at = static_cast<std::size_t>(n) * K + k;
+            break;
+          case ladder::BfloatLayout::k_tiled:
+            at = (static_cast<std::size_t>(k / 8) * N + n) * 8 + k % 8;
+            break;
+        }
         INFO("k " << k << ", n " << n);
         CHECK(packed[at] == ladder::float_to_bfloat16_bits(weights[k * N + n]));
+        written[at] = true;
       }
     }
-    std::vector<float> rounded = weights;
-    ladder::round_to_bfloat16(rounded.data(), rounded.size());
+    for (std::size_t i = 0; i < packed.size(); ++i) {
+      if (!written[i]) CHECK(packed[i] == 0);  // k_tiled's padding: +0
+    }
     CHECK(ladder::unpack_bfloat16_weights(packed, K, N, layout) == rounded);
   }
+  // One tile of k_tiled, by hand: K = 8, N = 2 puts column 0's 8 inputs, then column 1's.
+  const std::vector<float> small = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  std::vector<float> tile_order;
+  for (std::uint16_t bits :
+       ladder::pack_bfloat16_weights(small, 8, 2, ladder::BfloatLayout::k_tiled))
+    tile_order.push_back(ladder::bfloat16_bits_to_float(bits));
+  CHECK(tile_order == std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15});
+
   CHECK_THROWS_AS(ladder::pack_bfloat16_weights(weights, K, N + 1, ladder::BfloatLayout::k_major),
                   std::invalid_argument);
-  CHECK_THROWS_AS(ladder::pack_bfloat16_weights({}, 0, 0, ladder::BfloatLayout::n_major),
+  CHECK_THROWS_AS(
+      ladder::pack_bfloat16_weights(std::vector<float>{}, 0, 0, ladder::BfloatLayout::n_major),
+      std::invalid_argument);
+  CHECK(ladder::pack_bfloat16_weights(weights.data(), K, N, ladder::BfloatLayout::k_tiled) ==
+        ladder::pack_bfloat16_weights(weights, K, N, ladder::BfloatLayout::k_tiled));
+  CHECK_THROWS_AS(
+      ladder::pack_bfloat16_weights(weights.data(), K, 0, ladder::BfloatLayout::k_major),
+      std::invalid_argument);
+  CHECK_THROWS_AS(ladder::unpack_bfloat16_weights(std::vector<std::uint16_t>(39), K, N,
+                                                  ladder::BfloatLayout::k_tiled),
                   std::invalid_argument);
-  CHECK_THROWS_AS(ladder::unpack_bfloat16_weights(std::vector<std::uint16_t>(4), 2, 3,
-                                                  ladder::BfloatLayout::n_major),
+  CHECK_THROWS_AS(ladder::packed_bfloat16_size(0, 4, ladder::BfloatLayout::k_tiled),
                   std::invalid_argument);
 }
