@@ -6,14 +6,15 @@
 // than any fp32 kernel it judges, and its own rounding stays far below the tolerances
 // of the tests. The full forward and the cached step run the same operations in the
 // same order, attention included (attend_one_query), so for one token at one position
-// they produce the same numbers.
+// they produce the same numbers. In bf16 mode the same code runs on weights rounded
+// once in the constructor (R1 in reference.hpp); a storage-rounding policy
+// (StoreRounding) rounds each stored tensor to bf16 at the points R2-R7 and does nothing
+// in fp32 mode.
 //
 // Loops are ordered for the cache: linear() walks the [in, out] weight row by row
 // (out[o] += x[i] * W[i, o]) and lm_head() dots contiguous rows of the embedding, so
 // GPT-2 small at full size decodes at a usable speed for the GPU tests.
 #include "common/reference.hpp"
-
-#include "common/bfloat16.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "common/bfloat16.hpp"
 
 namespace ladder::reference {
 
