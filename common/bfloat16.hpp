@@ -3,7 +3,8 @@
 //
 // bfloat16 is the top half of an IEEE float: 1 sign bit, the same 8 exponent bits (so the
 // same range, subnormals included) and 7 of the 23 mantissa bits (8 significant bits with
-// the implicit one: relative spacing 2^-8, rounding error at most 2^-9 = 0.2%).
+// the implicit one: in [2^e, 2^(e+1)) the values are 2^(e-7) apart, so a rounding errs by
+// at most 2^-8 = 0.39% relative, 2^-9 near the top of the binade).
 // Widening is exact (append 16 zero bits); narrowing rounds to nearest, ties to even, as
 // CUDA's __float2bfloat16_rn and torch's .to(torch.bfloat16) do, so the CPU reference
 // rounds exactly as the kernels will:

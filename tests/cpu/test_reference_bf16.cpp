@@ -38,9 +38,9 @@ using Tokens = std::vector<std::int32_t>;
 
 namespace {
 
-// One bf16 rounding of a value near the top of its binade: 2^-9 relative. A bf16 run that
-// differs from fp32 by less than this at some position has not rounded at all.
-const double bf16_rounding_unit = std::ldexp(1.0, -9);
+// Half of bf16's largest relative rounding error (2^-8): bf16 logits closer than this to
+// fp32 at some position would mean the forward hardly rounded (measured minimum: 0.0053).
+const double smallest_plausible_bf16_difference = std::ldexp(1.0, -9);
 
 // bf16 mode against fp32 mode on the golden model: measured (CPU reference, teacher-forced
 // sequences) median 0.0093-0.0100, largest 0.0215 relative. Most of it comes from the
@@ -248,7 +248,7 @@ TEST_CASE("bf16 mode differs from fp32 by more than rounding noise and less than
       teacher_forced_logits(bf16, sequences), teacher_forced_logits(fp32, sequences),
       weights.config.vocab_size, margin_tolerance_for(bf16_against_fp32_bound));
   WARN("bf16 against fp32, teacher-forced: " << ladder::describe(comparison));
-  CHECK(comparison.relative_errors.front() >= bf16_rounding_unit);
+  CHECK(comparison.relative_errors.front() >= smallest_plausible_bf16_difference);
   CHECK(comparison.relative_error.max <= bf16_against_fp32_bound);
   // Same inputs at every position: a different token is rounding only where fp32's own
   // margin is small. (Steps here are positions of the sequences, one after the other.)
