@@ -43,6 +43,9 @@ struct BenchmarkRow {
   Summary time;
   AllocatorStats memory;            ///< of the last timed run
   double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
+  /// false for a decoder that runs on the host: it has no device allocator, so the
+  /// memory and allocation columns print "-" (null in the JSON)
+  bool device_memory_measured = true;
   double host_syncs_per_step = 0;
   double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
   double copies_per_step = 0;    ///< memcpy and memset operations per step, same run
@@ -51,7 +54,7 @@ struct BenchmarkRow {
   /// kernel, per step boundary, same run (part of gpu_idle_per_step)
   double gpu_idle_between_steps = 0;
   double matmul_seconds_per_step = -1;  ///< the step's matmuls alone; negative: not measured
-  double floor_seconds = 0;             ///< floor_bytes / measured copy bandwidth
+  double floor_seconds = 0;  ///< floor_bytes / measured copy bandwidth; negative: no GPU, no floor
   std::string token_hash;
 
   double milliseconds_per_step() const { return steps > 0 ? time.median * 1e3 / steps : 0; }
@@ -69,7 +72,7 @@ struct ReportHeader {
   std::string weights;        ///< "random (seed 0)" or the checkpoint directory
   std::string prompts;        ///< "BOS only", "random, length 8", ...
   std::string allocator;      ///< the chapter allocator's name
-  double copy_bandwidth = 0;  ///< bytes/s, measured in the same run
+  double copy_bandwidth = 0;  ///< bytes/s, measured in the same run; 0: not measured (no GPU)
 };
 
 /// The table, in configuration order.
