@@ -1,6 +1,6 @@
 // common/benchmark.hpp - the numbers every chapter reports, and how they are printed.
 //
-// One row per (batch, new tokens) configuration, the seed's table: mean, std, min,
+// One row per (batch, new tokens) configuration: mean, std, min,
 // max and median seconds of the timed runs (warm-up excluded); ms per step; tokens/s;
 // peak allocated, peak reserved and fragmentation at peak; steps actually run; plus
 // what the later chapters change (allocations and host synchronizations per step),
@@ -28,7 +28,7 @@ std::uint64_t hash_tokens(const std::vector<std::int32_t>& tokens);
 std::string hash_string(std::uint64_t hash);
 
 /// Bytes that must cross HBM to generate `steps` tokens per row after a prompt of
-/// `prompt_length` (SPEC): per step, every weight once (of the embedding tables only
+/// `prompt_length`: per step, every weight once (of the embedding tables only
 /// the rows looked up, which is negligible), the token embedding again, whole, for the
 /// tied LM head, the KV cache up to the current position, and the logits.
 double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps);
