@@ -4,7 +4,7 @@
 After changing a chapter's loop for its exercise (docs/workshop.md), run
 
     python3 scripts/check_exercise.py 01                 # the chapter's number
-    python3 scripts/check_exercise.py 02 --build build/release
+    python3 scripts/check_exercise.py 02 --build build/release   # default: build/current
 
 It rebuilds the chapter and chapter 00 (the CPU reference as a chapter), then:
   1. correctness, the part that must pass: on four workloads (the small golden model with
@@ -173,8 +173,8 @@ def check_columns(build: pathlib.Path, chapter: str, exercise: dict,
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("chapter", help="the chapter's number, e.g. 01")
-    parser.add_argument("--build", type=pathlib.Path, default=REPOSITORY / "build" / "native",
-                        help="the build folder (default: build/native)")
+    parser.add_argument("--build", type=pathlib.Path, default=REPOSITORY / "build" / "current",
+                        help="the build folder (default: build/current, the preset built last)")
     args = parser.parse_args(argv)
     number = args.chapter.zfill(2)
     if number not in EXERCISES:

@@ -10,9 +10,9 @@
 // "[cpu_reference_chapter]" checks them against reference::generate, and
 // tests/gpu/test_chapters.cpp checks every chapter, this one included, against it.
 //
-// Run:      build/ci/chapters/00_cpu_reference --batch 1 --new-tokens 8 --runs 1
+// Run:      build/current/chapters/00_cpu_reference --batch 1 --new-tokens 8 --runs 1
 //           (GPT-2 small on the CPU: README.md says how slow, measured)
-//           build/ci/chapters/00_cpu_reference --weights tests/data/golden_model --batch 4
+//           build/current/chapters/00_cpu_reference --weights tests/data/golden_model --batch 4
 //           (the small model the tests use: milliseconds)
 //
 // Notation: B rows, L prompt tokens per row, V vocabulary.
