@@ -14,9 +14,7 @@
 namespace ladder {
 
 /// Threads run_on_threads uses at most: one per hardware thread.
-inline std::size_t host_thread_count() {
-  return std::max(1u, std::thread::hardware_concurrency());
-}
+inline std::size_t host_thread_count() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 /// Runs work(i) for i in [0, count) on up to host_thread_count() threads, each taking
 /// the next i when it is done; rethrows the first exception a worker raised.

@@ -39,8 +39,7 @@ class CpuReferenceDecoder final : public ladder::HostDecoder {
       : model_(weights), config_(weights.config), eos_token_id_(options.eos_token_id) {}
 
   std::string where() const override {
-    return "host CPU, " + std::to_string(ladder::host_thread_count()) +
-           " threads (no GPU used)";
+    return "host CPU, " + std::to_string(ladder::host_thread_count()) + " threads (no GPU used)";
   }
 
   ladder::GenerationOutput generate(const ladder::PromptBatch& prompts, int max_new_tokens,
@@ -75,10 +74,9 @@ class CpuReferenceDecoder final : public ladder::HostDecoder {
       });
       // Greedy: each row takes its largest logit (the tests may force the id instead).
       for (std::size_t b = 0; b < finished.size(); ++b) {
-        const std::int32_t token =
-            prompts.forced_tokens.empty()
-                ? reference::argmax(step_logits.data() + b * V, V)
-                : prompts.forced_tokens[b * prompts.forced_length + steps];
+        const std::int32_t token = prompts.forced_tokens.empty()
+                                       ? reference::argmax(step_logits.data() + b * V, V)
+                                       : prompts.forced_tokens[b * prompts.forced_length + steps];
         generated[b * max_new_tokens + steps] = token;
         next_tokens[b] = token;
         finished[b] = finished[b] || token == eos_token_id_;
@@ -104,8 +102,8 @@ class CpuReferenceDecoder final : public ladder::HostDecoder {
   /// Refuses in one line a batch whose KV caches alone exceed this machine's memory
   /// (each row keeps keys and values of every layer for every position).
   void require_host_memory(int B, int positions) const {
-    const double cache_bytes = 2.0 * config_.n_layer * B * positions * config_.n_embd *
-                               static_cast<double>(sizeof(float));
+    const double cache_bytes =
+        2.0 * config_.n_layer * B * positions * config_.n_embd * static_cast<double>(sizeof(float));
     const double machine_bytes =
         static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     if (machine_bytes > 0 && cache_bytes > machine_bytes)

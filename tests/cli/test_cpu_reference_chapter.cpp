@@ -82,14 +82,14 @@ TEST_CASE("chapter 00, random prompts of several lengths and batches, equals ref
   };
   for (const Case& c : {Case{1, 1, 40, 3}, Case{3, 5, 33, 4}, Case{9, 17, 64, 6}}) {
     INFO("batch " << c.batch << ", prompt length " << c.prompt_length);
-    const ladder::PromptBatch prompts = ladder::random_prompts(
-        c.batch, c.prompt_length, weights.config.vocab_size, eos, c.seed);
+    const ladder::PromptBatch prompts =
+        ladder::random_prompts(c.batch, c.prompt_length, weights.config.vocab_size, eos, c.seed);
     const reference::Generation expected =
         reference::generate(weights, prompts.rows(), c.new_tokens, eos, true);
-    const ChapterOutput output = run_on_golden_model(
-        {"--batch", std::to_string(c.batch), "--new-tokens", std::to_string(c.new_tokens),
-         "--random-prompt-length", std::to_string(c.prompt_length), "--seed",
-         std::to_string(c.seed)});
+    const ChapterOutput output =
+        run_on_golden_model({"--batch", std::to_string(c.batch), "--new-tokens",
+                             std::to_string(c.new_tokens), "--random-prompt-length",
+                             std::to_string(c.prompt_length), "--seed", std::to_string(c.seed)});
     check_equal(output, expected);
     // Distinct prompts, distinct rows: each row is really decoded on its own.
     const auto row = [&](int index) {
@@ -134,8 +134,8 @@ TEST_CASE("chapter 00 runs where no GPU is visible and prints '-' for what it ca
   const std::string directory = ladder::testing::make_temporary_directory("ladder-00-nogpu");
   const auto result = ladder::testing::run_chapter_process(
       kHostChapter,
-      {"--weights", ladder::testing::golden_model_directory(), "--batch", "2", "--new-tokens",
-       "8", "--runs", "2", "--warmup", "0", "--json", directory + "/run.json"},
+      {"--weights", ladder::testing::golden_model_directory(), "--batch", "2", "--new-tokens", "8",
+       "--runs", "2", "--warmup", "0", "--json", directory + "/run.json"},
       "CUDA_VISIBLE_DEVICES=-1");
   INFO("printed: " << result.output);
   REQUIRE(result.exit_code == 0);

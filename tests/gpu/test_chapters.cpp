@@ -91,10 +91,10 @@ void check_golden_greedy(const std::string& name, bool bos_prompts = false) {
   REQUIRE(expected.steps == golden.stop_steps);
   REQUIRE(expected.tokens == golden.hf_tokens);
 
-  std::vector<std::string> arguments = {
-      "--weights", ladder::testing::golden_model_directory(), "--batch",
-      std::to_string(golden.prompts.size()), "--new-tokens", std::to_string(golden.max_new_tokens),
-      "--eos", std::to_string(golden.eos)};
+  std::vector<std::string> arguments = {"--weights",    ladder::testing::golden_model_directory(),
+                                        "--batch",      std::to_string(golden.prompts.size()),
+                                        "--new-tokens", std::to_string(golden.max_new_tokens),
+                                        "--eos",        std::to_string(golden.eos)};
   if (!bos_prompts) {
     const std::string prompts =
         ladder::testing::make_temporary_directory("ladder-golden") + "/prompts.txt";
