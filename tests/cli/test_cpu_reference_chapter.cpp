@@ -36,7 +36,7 @@ ChapterOutput run_on_golden_model(std::vector<std::string> arguments) {
 
 /// `rows` as a file the chapter reads (--prompt-file, --force-tokens).
 std::string rows_file(const ladder::testing::TokenRows& rows) {
-  const std::string path = ladder::testing::make_temporary_directory("ladder-00") + "/rows.txt";
+  std::string path = ladder::testing::make_temporary_directory("ladder-00") + "/rows.txt";
   ladder::testing::write_rows(path, rows);
   return path;
 }
@@ -93,7 +93,7 @@ TEST_CASE("chapter 00, random prompts of several lengths and batches, equals ref
     check_equal(output, expected);
     // Distinct prompts, distinct rows: each row is really decoded on its own.
     const auto row = [&](int index) {
-      const auto begin = output.tokens.begin() + index * output.steps;
+      const auto begin = output.tokens.begin() + static_cast<std::ptrdiff_t>(index) * output.steps;
       return std::vector<std::int32_t>(begin, begin + output.steps);
     };
     for (int index = 1; index < output.batch; ++index) CHECK(row(index) != row(0));
