@@ -17,15 +17,14 @@
 #include "common/reference.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
+
+#include "common/host_threads.hpp"
 
 #include "common/bfloat16.hpp"
 
@@ -152,31 +151,6 @@ std::vector<float> final_logits(const Gpt2Weights& weights, const float* residua
   lm_head(normed.data(), weights.at(layout.token_embedding), logits.data(), rows, config.n_embd,
           config.vocab_size);
   return logits;
-}
-
-/// Runs work(i) for i in [0, count) on up to hardware_concurrency threads; rethrows
-/// the first exception a worker raised.
-template <typename Work>
-void run_on_threads(std::size_t count, Work&& work) {
-  const std::size_t hardware_threads = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t thread_count = std::min(count, hardware_threads);
-  std::atomic<std::size_t> next_item{0};
-  std::vector<std::exception_ptr> errors(thread_count);
-  std::vector<std::thread> threads;
-  threads.reserve(thread_count);
-  for (std::size_t t = 0; t < thread_count; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        for (std::size_t item = next_item++; item < count; item = next_item++) work(item);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
 }
 
 /// Greedy decoding of one prompt, one token per advance_to() step. The newest token is

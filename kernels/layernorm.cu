@@ -1,7 +1,7 @@
 // kernels/layernorm.cu - LayerNorm, and residual add + LayerNorm fused: one kernel
 // template, one block per row, the row held in registers, two-pass statistics.
 //
-// A decode step normalizes only B rows (32 at the seed's batch), so a row is the unit
+// A decode step normalizes only B rows (32 at the default batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
 // (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
 // once, before the first reduction (the warp-per-row version it replaced, and what

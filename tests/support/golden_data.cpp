@@ -64,4 +64,47 @@ int expected_stop_steps(const TokenRows& rows, int eos, int steps) {
   return stop;
 }
 
+std::vector<std::int32_t> flatten(const TokenRows& rows, int columns) {
+  std::vector<std::int32_t> flat;
+  for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.begin() + columns);
+  return flat;
+}
+
+void write_rows(const std::string& path, const TokenRows& rows) {
+  std::ofstream file(path);
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) file << (i ? " " : "") << row[i];
+    file << '\n';
+  }
+  if (!file) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+GoldenGreedy load_golden_greedy(const std::string& name, const Gpt2Config& config) {
+  const nlohmann::json golden = load_golden_json(name);
+  GoldenGreedy greedy;
+  greedy.prompts = golden.at("prompts").get<TokenRows>();
+  greedy.max_new_tokens = golden.at("max_new_tokens").get<int>();
+  greedy.eos = golden.value("eos_override", config.eos_token_id);
+  const auto tokens = golden.at("tokens").get<TokenRows>();
+  greedy.stop_steps = expected_stop_steps(tokens, greedy.eos, greedy.max_new_tokens);
+  if (golden.contains("stop_steps") && golden.at("stop_steps").get<int>() != greedy.stop_steps)
+    throw std::runtime_error(name + ": stop_steps disagrees with its tokens");
+  greedy.hf_tokens = flatten(tokens, greedy.stop_steps);
+  return greedy;
+}
+
+TeacherForcing teacher_forcing(const TokenRows& sequences, int vocab_size) {
+  TeacherForcing forcing;
+  std::vector<bool> used(static_cast<std::size_t>(vocab_size), false);
+  for (const auto& sequence : sequences) {
+    forcing.first_tokens.push_back({sequence.front()});
+    forcing.continuations.emplace_back(sequence.begin() + 1, sequence.end());
+    for (std::int32_t id : forcing.continuations.back()) used[static_cast<std::size_t>(id)] = true;
+  }
+  forcing.eos = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
+  if (forcing.eos >= vocab_size)
+    throw std::runtime_error("teacher forcing: the sequences use every id, none is left as EOS");
+  return forcing;
+}
+
 }  // namespace ladder::testing

@@ -44,4 +44,30 @@ Gpt2Weights load_golden_model();
 /// after the last row's first `eos`, or all `steps` when some row never produces it.
 int expected_stop_steps(const TokenRows& rows, int eos, int steps);
 
+/// The first `columns` ids of every row, one row after the other.
+std::vector<std::int32_t> flatten(const TokenRows& rows, int columns);
+
+/// Writes `rows` as a --prompt-file or --force-tokens file: one row per line.
+void write_rows(const std::string& path, const TokenRows& rows);
+
+/// A greedy golden file (greedy_bos.json, greedy_random_prompts.json, greedy_eos.json).
+struct GoldenGreedy {
+  TokenRows prompts;
+  int max_new_tokens = 0;
+  int eos = 0;                          ///< the file's eos_override, else the config's EOS id
+  int stop_steps = 0;                   ///< where the stopping rule ends Hugging Face's tokens
+  std::vector<std::int32_t> hf_tokens;  ///< [rows, stop_steps]
+};
+GoldenGreedy load_golden_greedy(const std::string& name, const Gpt2Config& config);
+
+/// Teacher forcing of whole sequences: each row's first id is its prompt and the rest
+/// is fed in place of the argmax; `eos` is an id the continuations never feed, so no
+/// row stops early.
+struct TeacherForcing {
+  TokenRows first_tokens;
+  TokenRows continuations;
+  int eos = 0;
+};
+TeacherForcing teacher_forcing(const TokenRows& sequences, int vocab_size);
+
 }  // namespace ladder::testing
