@@ -71,6 +71,12 @@ void throw_driver_error(CUresult status, const char* call, const char* file, int
   throw CudaError(message);
 }
 
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 bool cuda_device_available(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -91,12 +91,17 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per lane of one warp");
 
 // Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0; then, for
-//         a device cursor, cursor->step += 1 and cursor->position += 1.
+//         a device cursor, cursor->step += 1 and cursor->position += 1. With
+//         kSetsLoopCondition, the condition of the graph loop this runs in becomes
+//         "another step": 1 if some row is unfinished and cursor->step < max_steps.
 // Shapes: finished [B]; all_finished [1].
 // Grid:   one block; thread i checks rows i, i + kAllFinishedThreads, ... and
-//         __syncthreads_and combines the answers.
+//         __syncthreads_and combines the answers; thread 0 alone writes (two threads
+//         setting one condition would race).
+template <bool kSetsLoopCondition>
 __global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished, int B,
-                                    DecodePosition* cursor, int max_steps) {
+                                    DecodePosition* cursor, int max_steps,
+                                    cudaGraphConditionalHandle loop_condition) {
   bool mine = true;
   for (int b = threadIdx.x; b < B; b += kAllFinishedThreads) mine = mine && finished[b] != 0;
   const int every_row = __syncthreads_and(mine);
@@ -106,6 +111,24 @@ __global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* 
     cursor->step += 1;
     cursor->position += 1;
   }
+  if constexpr (kSetsLoopCondition) {
+    const bool another_step = every_row == 0 && cursor->step < max_steps;
+    cudaGraphSetConditional(loop_condition, another_step ? 1u : 0u);
+  }
+}
+
+// Math:   history[cursor->step, i] = logits[i] for i < count, if cursor->step < max_steps.
+// Shapes: logits [count] (count = B V); history [max_steps, count].
+// Grid:   grid-stride over the count elements.
+__global__ void store_step_logits_kernel(const float* logits, float* history,
+                                         const DecodePosition* cursor, std::size_t count,
+                                         int max_steps) {
+  const int step = cursor->step;
+  if (step < 0 || step >= max_steps) return;
+  float* slot = history + static_cast<std::size_t>(step) * count;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    slot[i] = logits[i];
 }
 
 void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
@@ -118,6 +141,25 @@ void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
                                           {"all_finished", all_finished},
                                           {"output_tokens", output_tokens}});
   launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
+}
+
+/// The argmax step with the step read from `cursor`, which the second kernel advances;
+/// with kSetsLoopCondition that kernel also sets `loop_condition`.
+template <bool kSetsLoopCondition>
+void launch_cursor_argmax_step(const float* logits, const std::int32_t* forced_tokens,
+                               std::int32_t* next_tokens, std::int32_t* finished,
+                               std::int32_t* all_finished, std::int32_t* output_tokens,
+                               DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
+                               cudaGraphConditionalHandle loop_condition, cudaStream_t stream) {
+  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
+                              max_steps);
+  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
+  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
+      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps, eos_id);
+  CUDA_CHECK_LAUNCH(stream);
+  all_finished_kernel<kSetsLoopCondition><<<1, kAllFinishedThreads, 0, stream>>>(
+      finished, all_finished, B, cursor, max_steps, loop_condition);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace
@@ -135,10 +177,10 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
       logits, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr, max_steps,
       eos_id);
-  CUDA_CHECK_LAUNCH();
-  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, nullptr,
-                                                             max_steps);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
+  all_finished_kernel<false><<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B,
+                                                                    nullptr, max_steps, 0);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
@@ -146,15 +188,35 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
                         std::int32_t* all_finished, std::int32_t* output_tokens,
                         DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
                         cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
-                              max_steps);
-  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
-  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps, eos_id);
-  CUDA_CHECK_LAUNCH();
-  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, cursor,
-                                                             max_steps);
-  CUDA_CHECK_LAUNCH();
+  launch_cursor_argmax_step<false>(logits, forced_tokens, next_tokens, finished, all_finished,
+                                   output_tokens, cursor, B, V, max_steps, eos_id, 0, stream);
+}
+
+void launch_argmax_step_in_graph_loop(const float* logits, const std::int32_t* forced_tokens,
+                                      std::int32_t* next_tokens, std::int32_t* finished,
+                                      std::int32_t* all_finished, std::int32_t* output_tokens,
+                                      DecodePosition* cursor, int B, int V, int max_steps,
+                                      int eos_id, cudaGraphConditionalHandle loop_condition,
+                                      cudaStream_t stream) {
+  launch_checks::require(stream_is_capturing(stream), "launch_argmax_step_in_graph_loop",
+                         "the stream must be capturing the graph that owns loop_condition (a "
+                         "condition set outside its graph is undefined behavior)");
+  launch_cursor_argmax_step<true>(logits, forced_tokens, next_tokens, finished, all_finished,
+                                  output_tokens, cursor, B, V, max_steps, eos_id, loop_condition,
+                                  stream);
+}
+
+void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,
+                              int B, int V, int max_steps, cudaStream_t stream) {
+  constexpr const char* kName = "launch_store_step_logits";
+  launch_checks::require_not_null(kName, {{"logits", logits}, {"history", history},
+                                          {"cursor", cursor}});
+  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
+  const std::size_t count = static_cast<std::size_t>(B) * static_cast<std::size_t>(V);
+  constexpr int kThreads = 256;
+  store_step_logits_kernel<<<launch_checks::grid_stride_blocks(count, kThreads), kThreads, 0,
+                             stream>>>(logits, history, cursor, count, max_steps);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder
