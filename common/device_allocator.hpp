@@ -125,4 +125,21 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+/// A DeviceBuffer of `count` elements of T. It converts to T* wherever a launcher takes
+/// one, so a chapter passes its buffers as they are, without casting at every call.
+template <typename T>
+class TypedBuffer {
+ public:
+  TypedBuffer() = default;
+  TypedBuffer(DeviceAllocator& allocator, std::size_t count, cudaStream_t stream)
+      : buffer_(allocator, count * sizeof(T), stream) {}
+
+  T* get() const { return buffer_.as<T>(); }
+  operator T*() const { return get(); }  // NOLINT(google-explicit-constructor): see above
+  std::size_t bytes() const { return buffer_.bytes(); }
+
+ private:
+  DeviceBuffer buffer_;
+};
+
 }  // namespace ladder

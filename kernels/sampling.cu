@@ -132,77 +132,64 @@ __global__ void store_step_logits_kernel(const float* logits, float* history,
 }
 
 void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
-                                 std::int32_t* finished, std::int32_t* all_finished,
-                                 std::int32_t* output_tokens, int B, int V, int max_steps) {
+                                 const GreedyState& state, int B, int V) {
   constexpr const char* kName = "launch_argmax_step";
   launch_checks::require_not_null(kName, {{"logits", logits},
                                           {"next_tokens", next_tokens},
-                                          {"finished", finished},
-                                          {"all_finished", all_finished},
-                                          {"output_tokens", output_tokens}});
-  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
+                                          {"finished", state.finished},
+                                          {"all_finished", state.all_finished},
+                                          {"output_tokens", state.output_tokens}});
+  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", state.max_steps}});
 }
 
 /// The argmax step with the step read from `cursor`, which the second kernel advances;
 /// with kSetsLoopCondition that kernel also sets `loop_condition`.
 template <bool kSetsLoopCondition>
-void launch_cursor_argmax_step(const float* logits, const std::int32_t* forced_tokens,
-                               std::int32_t* next_tokens, std::int32_t* finished,
-                               std::int32_t* all_finished, std::int32_t* output_tokens,
-                               DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
+void launch_cursor_argmax_step(const float* logits, std::int32_t* next_tokens,
+                               const GreedyState& state, DecodePosition* cursor, int B, int V,
                                cudaGraphConditionalHandle loop_condition, cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
-                              max_steps);
+  check_argmax_step_arguments(logits, next_tokens, state, B, V);
   launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps, eos_id);
+      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, 0, cursor,
+      state.max_steps, state.eos_id);
   CUDA_CHECK_LAUNCH(stream);
   all_finished_kernel<kSetsLoopCondition><<<1, kAllFinishedThreads, 0, stream>>>(
-      finished, all_finished, B, cursor, max_steps, loop_condition);
+      state.finished, state.all_finished, B, cursor, state.max_steps, loop_condition);
   CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace
 
-void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
-                        std::int32_t* next_tokens, std::int32_t* finished,
-                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
-                        int step, int max_steps, int eos_id, cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, finished, all_finished, output_tokens, B, V,
-                              max_steps);
-  if (step < 0 || step >= max_steps)
-    launch_checks::fail(
-        "launch_argmax_step",
-        "step (" + std::to_string(step) + ") must lie in [0, " + std::to_string(max_steps) + ")");
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
+                        int B, int V, int step, cudaStream_t stream) {
+  check_argmax_step_arguments(logits, next_tokens, state, B, V);
+  if (step < 0 || step >= state.max_steps)
+    launch_checks::fail("launch_argmax_step", "step (" + std::to_string(step) +
+                                                  ") must lie in [0, " +
+                                                  std::to_string(state.max_steps) + ")");
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr, max_steps,
-      eos_id);
+      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, step,
+      nullptr, state.max_steps, state.eos_id);
   CUDA_CHECK_LAUNCH(stream);
-  all_finished_kernel<false><<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B,
-                                                                    nullptr, max_steps, 0);
+  all_finished_kernel<false><<<1, kAllFinishedThreads, 0, stream>>>(
+      state.finished, state.all_finished, B, nullptr, state.max_steps, 0);
   CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
-                        std::int32_t* next_tokens, std::int32_t* finished,
-                        std::int32_t* all_finished, std::int32_t* output_tokens,
-                        DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
-                        cudaStream_t stream) {
-  launch_cursor_argmax_step<false>(logits, forced_tokens, next_tokens, finished, all_finished,
-                                   output_tokens, cursor, B, V, max_steps, eos_id, 0, stream);
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
+                        DecodePosition* cursor, int B, int V, cudaStream_t stream) {
+  launch_cursor_argmax_step<false>(logits, next_tokens, state, cursor, B, V, 0, stream);
 }
 
-void launch_argmax_step_in_graph_loop(const float* logits, const std::int32_t* forced_tokens,
-                                      std::int32_t* next_tokens, std::int32_t* finished,
-                                      std::int32_t* all_finished, std::int32_t* output_tokens,
-                                      DecodePosition* cursor, int B, int V, int max_steps,
-                                      int eos_id, cudaGraphConditionalHandle loop_condition,
+void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_tokens,
+                                      const GreedyState& state, DecodePosition* cursor, int B,
+                                      int V, cudaGraphConditionalHandle loop_condition,
                                       cudaStream_t stream) {
   launch_checks::require(stream_is_capturing(stream), "launch_argmax_step_in_graph_loop",
                          "the stream must be capturing the graph that owns loop_condition (a "
                          "condition set outside its graph is undefined behavior)");
-  launch_cursor_argmax_step<true>(logits, forced_tokens, next_tokens, finished, all_finished,
-                                  output_tokens, cursor, B, V, max_steps, eos_id, loop_condition,
+  launch_cursor_argmax_step<true>(logits, next_tokens, state, cursor, B, V, loop_condition,
                                   stream);
 }
 

@@ -2,7 +2,8 @@
 // logits, the row's end-of-sequence bookkeeping, and the "every row finished" flag.
 //
 // Shapes: logits [B, V] fp32; next_tokens, finished [B] int32; all_finished [1] int32;
-// output_tokens [B, max_steps] int32 (row b's token of step s at b * max_steps + s).
+// output_tokens [B, max_steps] int32 (row b's token of step s at b * max_steps + s);
+// all but the logits and next_tokens travel in a GreedyState.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,35 +14,40 @@
 
 namespace ladder {
 
+/// Greedy decoding's bookkeeping on the device, the same for every step of one
+/// generation: what the argmax kernels read and write besides the logits.
+struct GreedyState {
+  const std::int32_t* forced_tokens;  ///< [B, max_steps] ids fed instead of the argmax, or null
+  std::int32_t* finished;             ///< [B], zeroed before the first step
+  std::int32_t* all_finished;         ///< [1]
+  std::int32_t* output_tokens;        ///< [B, max_steps]
+  int max_steps;
+  int eos_id;
+};
+
 /// One greedy step for every row b < B:
 ///   token = argmax_v logits[b, v]   (ties go to the smallest index, as torch.argmax;
 ///                                    a NaN counts as larger than any number, as there)
 ///   next_tokens[b] = token;  output_tokens[b, step] = token;
 ///   finished[b] = 1 if it was already nonzero or token == eos_id, else 0;
-/// and then all_finished[0] = 1 if every finished[b] is 1, else 0.
-/// finished must be zeroed by the caller before the first step. An eos_id outside
-/// [0, V) never matches: rows then never finish.
-/// Teacher forcing (tests): when `forced_tokens` ([B, max_steps]) is not null, row b
-/// takes forced_tokens[b, step] instead of its argmax; everything else is unchanged, so
-/// every step's logits can be compared on a chosen token sequence.
+/// and then all_finished[0] = 1 if every finished[b] is 1, else 0 (all in `state`).
+/// An eos_id outside [0, V) never matches: rows then never finish.
+/// Teacher forcing (tests): when `state.forced_tokens` is not null, row b takes
+/// forced_tokens[b, step] instead of its argmax; everything else is unchanged, so every
+/// step's logits can be compared on a chosen token sequence.
 /// Two kernels on `stream`: one block per row for the argmax, then one block that reads
 /// all the flags, so all_finished is race-free and needs no scratch memory.
 /// Throws std::invalid_argument on a null pointer, B, V, max_steps <= 0, or step
 /// outside [0, max_steps).
-void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
-                        std::int32_t* next_tokens, std::int32_t* finished,
-                        std::int32_t* all_finished, std::int32_t* output_tokens, int B, int V,
-                        int step, int max_steps, int eos_id, cudaStream_t stream);
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
+                        int B, int V, int step, cudaStream_t stream);
 
 /// The same step with the step index read from device memory (`cursor->step`), for
 /// loops whose position lives on the device. After the step, the second kernel
 /// advances the cursor (step + 1, position + 1). A step that would write past column
 /// max_steps - 1 writes nothing and leaves the cursor alone.
-void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
-                        std::int32_t* next_tokens, std::int32_t* finished,
-                        std::int32_t* all_finished, std::int32_t* output_tokens,
-                        DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
-                        cudaStream_t stream);
+void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
+                        DecodePosition* cursor, int B, int V, cudaStream_t stream);
 
 /// The device-cursor step as the body of a graph's WHILE loop: the same two kernels,
 /// and the second one then sets the loop's condition (cudaGraphSetConditional on
@@ -49,11 +55,9 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
 /// cursor->step, already advanced, is below max_steps - and to 0 otherwise. Only while
 /// `stream` captures the graph that owns the handle (std::invalid_argument otherwise):
 /// setting a condition outside its graph is undefined behavior.
-void launch_argmax_step_in_graph_loop(const float* logits, const std::int32_t* forced_tokens,
-                                      std::int32_t* next_tokens, std::int32_t* finished,
-                                      std::int32_t* all_finished, std::int32_t* output_tokens,
-                                      DecodePosition* cursor, int B, int V, int max_steps,
-                                      int eos_id, cudaGraphConditionalHandle loop_condition,
+void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_tokens,
+                                      const GreedyState& state, DecodePosition* cursor, int B,
+                                      int V, cudaGraphConditionalHandle loop_condition,
                                       cudaStream_t stream);
 
 /// history[s] = logits for the step s = cursor->step (nothing when s >= max_steps), one

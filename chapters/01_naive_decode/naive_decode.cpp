@@ -16,12 +16,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
+#include <utility>
 
 #include "common/chapter_runner.hpp"
 #include "common/cuda_check.hpp"
-#include "common/cuda_stream.hpp"
+#include "common/greedy_decoding.hpp"
 #include "common/nvtx.hpp"
+#include "common/step_context.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
@@ -31,71 +32,58 @@
 
 namespace {
 
-using ladder::DeviceBuffer;
+using namespace ladder;
 
-class NaiveDecoder final : public ladder::Decoder {
+class Gpt2Decoder final : public Decoder {
  public:
-  NaiveDecoder(const ladder::DeviceModel& model, const ladder::DecoderOptions& options)
+  Gpt2Decoder(const DeviceModel& model, const DecoderOptions& options)
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        allocator_(ladder::make_device_allocator("caching")),
-        stream_(),
-        matmul_workspace_(*allocator_, ladder::LtMatmul::kRecommendedWorkspaceBytes, stream_.get()),
-        matmul_(matmul_workspace_.as<void>(), matmul_workspace_.bytes(), options.allow_tf32) {}
+        allocator_(make_device_allocator("caching")),
+        step_(*allocator_, options.allow_tf32) {}
 
-  ladder::DeviceAllocator& allocator() override { return *allocator_; }
+  DeviceAllocator& allocator() override { return *allocator_; }
 
-  ladder::GenerationOutput generate(const ladder::PromptBatch& prompts, int max_new_tokens,
-                                    ladder::LogitsRecorder& logits) override {
+  GenerationOutput generate(const PromptBatch& prompts, int max_new_tokens,
+                            LogitsRecorder& logits) override {
     const int B = prompts.batch;
-    const cudaStream_t stream = stream_.get();
     int T = prompts.length;
+    const cudaStream_t stream = step_.stream();
 
     // The sequence so far, [B, T]: the prompts, then one more column per step.
-    DeviceBuffer sequence = allocate<std::int32_t>(static_cast<std::size_t>(B) * T);
-    CUDA_CHECK(cudaMemcpyAsync(sequence.as<void>(), prompts.tokens.data(),
-                               prompts.tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                               stream));
-    DeviceBuffer finished = allocate<std::int32_t>(B);
-    DeviceBuffer all_finished = allocate<std::int32_t>(1);
-    DeviceBuffer generated = allocate<std::int32_t>(static_cast<std::size_t>(B) * max_new_tokens);
-    CUDA_CHECK(cudaMemsetAsync(finished.as<void>(), 0, finished.bytes(), stream));
-    // Teacher forcing, for the tests only: ids to feed instead of the argmax, or null.
-    const DeviceBuffer forced =
-        ladder::upload_forced_tokens(*allocator_, prompts, max_new_tokens, stream);
+    TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
+    const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
 
-    ladder::GenerationOutput output;
+    GenerationOutput output;
     output.batch = B;
     const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
     int steps = 0;
     while (steps < max_new_tokens) {
-      ladder::NvtxRange step_range("step");
+      NvtxRange step_range("step");
       // The whole forward pass over all B x T tokens, for the last position's logits.
-      DeviceBuffer step_logits = forward(sequence.as<std::int32_t>(), B, T);
-      DeviceBuffer next_tokens = allocate<std::int32_t>(B);
-      ladder::launch_argmax_step(step_logits.as<float>(), forced.as<std::int32_t>(),
-                                 next_tokens.as<std::int32_t>(), finished.as<std::int32_t>(),
-                                 all_finished.as<std::int32_t>(), generated.as<std::int32_t>(), B,
-                                 config_.vocab_size, steps, max_new_tokens, eos_token_id_, stream);
-      logits.record(step_logits.as<float>(), B, config_.vocab_size, stream);
+      const TypedBuffer<float> step_logits = forward(step_, sequence, B, T);
+      const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
+      launch_argmax_step(step_logits, next_tokens, greedy.state(), B, config_.vocab_size, steps,
+                         stream);
+      logits.record(step_logits, B, config_.vocab_size, stream);
 
       // Append the new column as torch.cat does: a new [B, T + 1] buffer, the old copied in.
-      DeviceBuffer longer = allocate<std::int32_t>(static_cast<std::size_t>(B) * (T + 1));
+      TypedBuffer<std::int32_t> longer =
+          allocate<std::int32_t>(static_cast<std::size_t>(B) * (T + 1));
       const std::size_t old_pitch = sizeof(std::int32_t) * T;
       const std::size_t new_pitch = sizeof(std::int32_t) * (T + 1);
-      CUDA_CHECK(cudaMemcpy2DAsync(longer.as<void>(), new_pitch, sequence.as<void>(), old_pitch,
-                                   old_pitch, B, cudaMemcpyDeviceToDevice, stream));
-      CUDA_CHECK(cudaMemcpy2DAsync(longer.as<std::int32_t>() + T, new_pitch, next_tokens.as<void>(),
-                                   sizeof(std::int32_t), sizeof(std::int32_t), B,
+      CUDA_CHECK(cudaMemcpy2DAsync(longer, new_pitch, sequence, old_pitch, old_pitch, B,
                                    cudaMemcpyDeviceToDevice, stream));
+      CUDA_CHECK(cudaMemcpy2DAsync(longer + T, new_pitch, next_tokens, sizeof(std::int32_t),
+                                   sizeof(std::int32_t), B, cudaMemcpyDeviceToDevice, stream));
       sequence = std::move(longer);
       ++T;
       ++steps;
 
       // The seed's stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
-      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, all_finished.as<void>(), sizeof(std::int32_t),
+      CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, greedy.all_finished(), sizeof(std::int32_t),
                                  cudaMemcpyDeviceToHost, stream));
       CUDA_CHECK(cudaStreamSynchronize(stream));
       ++output.host_syncs;
@@ -104,98 +92,107 @@ class NaiveDecoder final : public ladder::Decoder {
 
     output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
-    output.tokens = ladder::download_generated_tokens(generated.as<std::int32_t>(), B,
-                                                      max_new_tokens, steps, stream);
+    output.tokens = greedy.download_tokens(steps, stream);
     return output;
   }
 
  private:
   template <typename T>
-  DeviceBuffer allocate(std::size_t count) {
-    return DeviceBuffer(*allocator_, count * sizeof(T), stream_.get());
+  TypedBuffer<T> allocate(std::size_t count) {
+    return TypedBuffer<T>(*allocator_, count, step_.stream());
   }
 
   /// GPT-2 over tokens [B, T]: returns the logits of each row's last position, [B, V].
-  DeviceBuffer forward(const std::int32_t* tokens, int B, int T) {
-    const cudaStream_t stream = stream_.get();
+  TypedBuffer<float> forward(StepContext& step, const std::int32_t* tokens, int B, int T) {
+    const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    const int rows = B * T;
-    const float eps = config_.layer_norm_epsilon;
+    const int H = config_.n_head;
+    const TypedBuffer<float> hidden = allocate<float>(static_cast<std::size_t>(B) * T * C);
+    launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(), hidden,
+                              B, T, /*first_position=*/0, C, stream);
+    layers(step, hidden, B * T, [&](int /*layer_index*/, const float* qkv) {
+      TypedBuffer<float> attended = allocate<float>(static_cast<std::size_t>(B) * T * C);
+      launch_causal_attention(qkv, attended, B, T, H, C, stream);
+      return attended;
+    });
+    return lm_head(step, hidden, B, T);
+  }
 
-    DeviceBuffer hidden = allocate<float>(static_cast<std::size_t>(rows) * C);
-    ladder::launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(),
-                                      hidden.as<float>(), B, T, /*first_position=*/0, C, stream);
+  /// GPT-2's layers over `rows` rows of the residual stream `hidden` [rows, C]:
+  /// `attend(layer_index, qkv)` turns the layer's qkv [rows, 3C] into its attention
+  /// output [rows, C]. Every activation is a fresh block from the allocator, as every
+  /// PyTorch operator's output is.
+  template <typename Attention>
+  void layers(StepContext& step, float* hidden, int rows, const Attention& attend) {
+    const cudaStream_t stream = step.stream();
+    const int C = config_.n_embd;
+    const std::size_t size = static_cast<std::size_t>(rows) * C;
+    const float eps = config_.layer_norm_epsilon;
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
-      const ladder::DeviceLayer layer = model_.layer(layer_index);
+      const DeviceLayer layer = model_.layer(layer_index);
       {
-        ladder::NvtxRange range("attention block");
-        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(rows) * C);
-        ladder::launch_layernorm(hidden.as<float>(), layer.ln_1_weight, layer.ln_1_bias,
-                                 normed.as<float>(), rows, C, eps, stream);
-        DeviceBuffer qkv = allocate<float>(static_cast<std::size_t>(rows) * 3 * C);
-        linear(normed.as<float>(), layer.qkv_weight, layer.qkv_bias, qkv.as<float>(), rows, C,
-               3 * C);
-        DeviceBuffer attended = allocate<float>(static_cast<std::size_t>(rows) * C);
-        ladder::launch_causal_attention(qkv.as<float>(), attended.as<float>(), B, T, config_.n_head,
-                                        C, stream);
-        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
-        linear(attended.as<float>(), layer.attn_proj_weight, layer.attn_proj_bias,
-               projected.as<float>(), rows, C, C);
-        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
+        NvtxRange range("attention block");
+        const TypedBuffer<float> normed = allocate<float>(size);
+        launch_layernorm(hidden, layer.ln_1_weight, layer.ln_1_bias, normed, rows, C, eps, stream);
+        const TypedBuffer<float> qkv = allocate<float>(3 * size);
+        step.linear(normed, layer.qkv_weight, layer.qkv_bias, qkv, rows, C, 3 * C,
+                    LinearEpilogue::kBias);
+        const TypedBuffer<float> attended = attend(layer_index, qkv);
+        const TypedBuffer<float> projected = allocate<float>(size);
+        step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, projected, rows, C, C,
+                    LinearEpilogue::kBias);
+        launch_residual_add(hidden, projected, rows, C, stream);
       }
       {
-        ladder::NvtxRange range("mlp block");
-        DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(rows) * C);
-        ladder::launch_layernorm(hidden.as<float>(), layer.ln_2_weight, layer.ln_2_bias,
-                                 normed.as<float>(), rows, C, eps, stream);
-        DeviceBuffer expanded = allocate<float>(static_cast<std::size_t>(rows) * 4 * C);
-        linear(normed.as<float>(), layer.fc_weight, layer.fc_bias, expanded.as<float>(), rows, C,
-               4 * C);
-        ladder::launch_gelu(expanded.as<float>(), expanded.as<float>(), rows, 4 * C, stream);
-        DeviceBuffer projected = allocate<float>(static_cast<std::size_t>(rows) * C);
-        linear(expanded.as<float>(), layer.mlp_proj_weight, layer.mlp_proj_bias,
-               projected.as<float>(), rows, 4 * C, C);
-        ladder::launch_residual_add(hidden.as<float>(), projected.as<float>(), rows, C, stream);
+        NvtxRange range("mlp block");
+        const TypedBuffer<float> normed = allocate<float>(size);
+        launch_layernorm(hidden, layer.ln_2_weight, layer.ln_2_bias, normed, rows, C, eps, stream);
+        const TypedBuffer<float> expanded = allocate<float>(4 * size);
+        step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
+                    LinearEpilogue::kBias);
+        launch_gelu(expanded, expanded, rows, 4 * C, stream);
+        const TypedBuffer<float> projected = allocate<float>(size);
+        step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, rows, 4 * C, C,
+                    LinearEpilogue::kBias);
+        launch_residual_add(hidden, projected, rows, C, stream);
       }
     }
+  }
 
-    ladder::NvtxRange range("lm head");
-    // Only each row's last position predicts the next token.
-    DeviceBuffer last = allocate<float>(static_cast<std::size_t>(B) * C);
-    CUDA_CHECK(cudaMemcpy2DAsync(last.as<void>(), sizeof(float) * C,
-                                 hidden.as<float>() + static_cast<std::size_t>(T - 1) * C,
-                                 sizeof(float) * C * T, sizeof(float) * C, B,
-                                 cudaMemcpyDeviceToDevice, stream));
-    DeviceBuffer normed = allocate<float>(static_cast<std::size_t>(B) * C);
-    ladder::launch_layernorm(last.as<float>(), model_.ln_f_weight(), model_.ln_f_bias(),
-                             normed.as<float>(), B, C, eps, stream);
-    DeviceBuffer logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
-    matmul_.lm_head(normed.as<float>(), model_.token_embedding(), logits.as<float>(), B, C,
-                    config_.vocab_size, stream);
+  /// ln_f and the tied LM head over each row's last position of the residual stream
+  /// `hidden` [B, T, C]: returns the logits, [B, V].
+  TypedBuffer<float> lm_head(StepContext& step, const float* hidden, int B, int T) {
+    NvtxRange range("lm head");
+    const cudaStream_t stream = step.stream();
+    const int C = config_.n_embd;
+    // Only each row's last position predicts the next token: with T > 1 those rows are
+    // gathered first.
+    TypedBuffer<float> gathered;
+    const float* last = hidden;
+    if (T > 1) {
+      gathered = allocate<float>(static_cast<std::size_t>(B) * C);
+      CUDA_CHECK(cudaMemcpy2DAsync(
+          gathered, sizeof(float) * C, hidden + static_cast<std::size_t>(T - 1) * C,
+          sizeof(float) * C * T, sizeof(float) * C, B, cudaMemcpyDeviceToDevice, stream));
+      last = gathered;
+    }
+    const TypedBuffer<float> normed = allocate<float>(static_cast<std::size_t>(B) * C);
+    launch_layernorm(last, model_.ln_f_weight(), model_.ln_f_bias(), normed, B, C,
+                     config_.layer_norm_epsilon, stream);
+    TypedBuffer<float> logits = allocate<float>(static_cast<std::size_t>(B) * config_.vocab_size);
+    step.lm_head(normed, model_.token_embedding(), logits, B, C, config_.vocab_size);
     return logits;
   }
 
-  /// out = x W + b through cuBLASLt, the bias added in the matmul's epilogue as
-  /// PyTorch's addmm adds it for Hugging Face's Conv1D (one launch, or two when cuBLASLt
-  /// splits the inner dimension and sums the slices in a second kernel).
-  void linear(const float* x, const float* weight, const float* bias, float* out, int rows,
-              int in_features, int out_features) {
-    matmul_.linear(x, weight, bias, out, rows, in_features, out_features,
-                   ladder::LinearEpilogue::kBias, stream_.get());
-  }
-
-  const ladder::DeviceModel& model_;
-  const ladder::Gpt2Config config_;
+  const DeviceModel& model_;
+  const Gpt2Config config_;
   const int eos_token_id_;
-  std::unique_ptr<ladder::DeviceAllocator> allocator_;
-  ladder::CudaStream stream_;
-  DeviceBuffer matmul_workspace_;
-  ladder::LtMatmul matmul_;
+  std::unique_ptr<DeviceAllocator> allocator_;
+  StepContext step_;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ladder::run_chapter(argc, argv, {"01_naive_decode", "naive decode"},
-                             ladder::make_decoder<NaiveDecoder>);
+  return run_chapter(argc, argv, {"01_naive_decode", "naive decode"}, make_decoder<Gpt2Decoder>);
 }

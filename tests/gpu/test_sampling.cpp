@@ -32,9 +32,13 @@ struct StepBuffers {
   /// not null), then waits for `stream`.
   void run_step(const float* logits, int step, const test::DeviceStream& stream,
                 const std::int32_t* forced = nullptr) {
-    launch_argmax_step(logits, forced, next_tokens.get(), finished.get(), all_finished.get(),
-                       output_tokens.get(), B, V, step, max_steps, eos_id, stream.get());
+    launch_argmax_step(logits, next_tokens.get(), state(forced), B, V, step, stream.get());
     stream.synchronize();
+  }
+
+  /// What the launchers take besides the logits and next_tokens.
+  GreedyState state(const std::int32_t* forced = nullptr) const {
+    return {forced, finished.get(), all_finished.get(), output_tokens.get(), max_steps, eos_id};
   }
 
   int B;
@@ -221,9 +225,8 @@ TEST_CASE("launch_argmax_step with a device cursor reads the step and advances i
   const std::vector<std::vector<std::int32_t>> winners = {{4, 5}, {6, 7}, {8, 9}, {10, 11}};
   for (const auto& step_winners : winners) {  // one step more than there are columns
     const test::DeviceArray<float> logits(logits_with_winners(rng, V, step_winners));
-    launch_argmax_step(logits.get(), nullptr, buffers.next_tokens.get(), buffers.finished.get(),
-                       buffers.all_finished.get(), buffers.output_tokens.get(), cursor.get(), B, V,
-                       max_steps, eos_id, stream.get());
+    launch_argmax_step(logits.get(), buffers.next_tokens.get(), buffers.state(), cursor.get(), B, V,
+                       stream.get());
   }
   stream.synchronize();
   const DecodePosition final_cursor = cursor.download()[0];
@@ -237,26 +240,31 @@ TEST_CASE("launch_argmax_step rejects bad arguments", "[kernels]") {
   test::DeviceArray<std::int32_t> ints(std::size_t{4} * 8);
   const float* l = logits.get();
   std::int32_t* i = ints.get();
-  // (logits, next_tokens, finished, all_finished, output_tokens, B, V, step, max_steps, eos_id)
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 0, 97, 0, 8, 1, nullptr),
+  // A state with every pointer set; each check below breaks one thing.
+  const GreedyState good{nullptr, i, i, i, /*max_steps=*/8, /*eos_id=*/1};
+  const auto with = [&good](auto change) {
+    GreedyState state = good;
+    change(state);
+    return state;
+  };
+  // (logits, next_tokens, state, B, V, step, stream)
+  CHECK_THROWS_AS(launch_argmax_step(l, i, good, 0, 97, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, good, 4, 0, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(
+      launch_argmax_step(l, i, with([](GreedyState& s) { s.max_steps = 0; }), 4, 97, 0, nullptr),
+      std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, good, 4, 97, 8, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, good, 4, 97, -1, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(nullptr, i, good, 4, 97, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, good, 4, 97, 0, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step(l, i, with([](GreedyState& s) { s.finished = nullptr; }), 4,
+                                     97, 0, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 0, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, i, with([](GreedyState& s) { s.all_finished = nullptr; }),
+                                     4, 97, 0, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 0, 0, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, 8, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, i, 4, 97, -1, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(nullptr, nullptr, i, i, i, i, 4, 97, 0, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, nullptr, i, i, i, 4, 97, 0, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, nullptr, i, i, 4, 97, 0, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, nullptr, i, 4, 97, 0, 8, 1, nullptr),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_step(l, nullptr, i, i, i, nullptr, 4, 97, 0, 8, 1, nullptr),
+  CHECK_THROWS_AS(launch_argmax_step(l, i, with([](GreedyState& s) { s.output_tokens = nullptr; }),
+                                     4, 97, 0, nullptr),
                   std::invalid_argument);
 }
 

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""scripts/count_lesson_statements.py - how many code statements each chapter changes.
+
+A chapter's diff against the chapter before should be its lesson and nothing else. This
+script measures that diff in code statements, not lines, so that comments and line
+wrapping do not count: for each chapter's loop file (the folder's one .cpp or .cu) it
+
+  1. strips comments (// to the end of the line, /* ... */) and preprocessor lines,
+  2. joins the rest into one line and splits it into statements: at every `;` outside
+     parentheses (a for header stays one statement), and after every `{` and `}`,
+  3. normalizes white space inside each statement,
+
+and compares the statement lists of consecutive chapters with difflib. A statement
+removed or added counts once; a block of n statements replaced by m counts max(n, m).
+
+    python3 scripts/count_lesson_statements.py            # every consecutive pair
+    python3 scripts/count_lesson_statements.py 04 05      # one pair, by chapter number
+    python3 scripts/count_lesson_statements.py --show 04 05   # ... and the changed statements
+    python3 scripts/count_lesson_statements.py --layer-loops  # loops over the layers, per file
+
+Exit status 0; 2 on a bad chapter number or a folder without exactly one loop file.
+"""
+import argparse
+import difflib
+import pathlib
+import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from render_chapter_diffs import REPOSITORY, ChapterError, chapter_folders, loop_file  # noqa: E402
+
+# A loop over the model's layers: `for (... ; ... n_layer ...)`.
+LAYER_LOOP = re.compile(r"\bfor \([^;]*;[^;]*\bn_layer\b")
+
+
+def strip_comments(source: str) -> str:
+    """The source without comments and preprocessor lines; string literals kept whole."""
+    token = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|//[^\n]*|/\*.*?\*/', re.DOTALL)
+    without = token.sub(lambda match: " " if match.group(0)[0] == "/" else match.group(0), source)
+    return "\n".join(line for line in without.splitlines() if not line.lstrip().startswith("#"))
+
+
+def opens_initializer(code: str, index: int) -> bool:
+    """Whether the `{` at code[index] starts a braced initializer rather than a block.
+
+    Formatted code writes `name{...}` for an initializer and `) {`, `else {`,
+    `class Name {` for a block; `return {...}` and `= {...}` are initializers too.
+    """
+    before = code[:index]
+    if not before.endswith(" "):
+        return True
+    return before.rstrip().endswith(("=", "return", ",", "(", "{"))
+
+
+def statements(source: str) -> list:
+    """The code's statements, white space normalized, in order."""
+    code = " ".join(strip_comments(source).split())
+    result, current, depth, braces, in_string = [], [], 0, 0, None
+    for index, char in enumerate(code):
+        current.append(char)
+        if in_string:
+            if char == in_string and code[index - 1] != "\\":
+                in_string = None
+            continue
+        if char in "\"'":
+            in_string = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "{" and (braces > 0 or depth > 0 or opens_initializer(code, index)):
+            braces += 1  # a braced initializer stays inside its statement
+        elif char == "}" and braces > 0:
+            braces -= 1
+        elif braces == 0 and ((char == ";" and depth == 0) or char in "{}"):
+            statement = "".join(current).strip()
+            if statement:
+                result.append(statement)
+            current = []
+    tail = "".join(current).strip()
+    if tail:
+        result.append(tail)
+    return result
+
+
+def changed_statements(before: list, after: list) -> list:
+    """(tag, old statements, new statements) for every block that differs."""
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    return [(tag, before[i1:i2], after[j1:j2])
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def count(blocks: list) -> int:
+    return sum(max(len(old), len(new)) for _, old, new in blocks)
+
+
+def layer_loops(path: pathlib.Path) -> int:
+    return sum(1 for statement in statements(path.read_text()) if LAYER_LOOP.search(statement))
+
+
+def main(argv) -> int:
+    try:
+        return run(argv)
+    except ChapterError as error:
+        print(f"count_lesson_statements.py: {error}", file=sys.stderr)
+        return 2
+
+
+def run(argv) -> int:
+    parser = argparse.ArgumentParser(description="Code statements each chapter changes.")
+    parser.add_argument("chapters", nargs="*", help="two chapter numbers (default: every pair)")
+    parser.add_argument("--show", action="store_true", help="print the changed statements")
+    parser.add_argument("--layer-loops", action="store_true",
+                        help="print how many loops over the layers each chapter file holds")
+    parser.add_argument("--root", type=pathlib.Path, default=REPOSITORY)
+    args = parser.parse_args(argv)
+    folders = chapter_folders(args.root.resolve())
+    by_number = {folder.name[:2]: folder for folder in folders}
+
+    if args.layer_loops:
+        for folder in folders:
+            print(f"{folder.name}: {layer_loops(loop_file(folder))} loop(s) over the layers")
+        return 0
+    if args.chapters:
+        if len(args.chapters) != 2 or any(number.zfill(2) not in by_number
+                                          for number in args.chapters):
+            print("count_lesson_statements.py: give two chapter numbers, e.g. 04 05",
+                  file=sys.stderr)
+            return 2
+        pairs = [(by_number[args.chapters[0].zfill(2)], by_number[args.chapters[1].zfill(2)])]
+    else:
+        pairs = list(zip(folders, folders[1:]))
+
+    for before, after in pairs:
+        blocks = changed_statements(statements(loop_file(before).read_text()),
+                                    statements(loop_file(after).read_text()))
+        print(f"{before.name[:2]} -> {after.name[:2]}: {count(blocks)} statements changed")
+        if args.show:
+            for tag, old, new in blocks:
+                for statement in old:
+                    print(f"  - {statement}")
+                for statement in new:
+                    print(f"  + {statement}")
+                print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
