@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,6 +41,10 @@ class GraphKey {
   }
   GraphKey& add_address(const void* address) {
     values_.push_back(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(address)));
+    return *this;
+  }
+  GraphKey& add_addresses(std::initializer_list<const void*> addresses) {
+    for (const void* address : addresses) add_address(address);
     return *this;
   }
   bool operator==(const GraphKey& other) const { return values_ == other.values_; }
