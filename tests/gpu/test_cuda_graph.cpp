@@ -271,8 +271,10 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapter 08 one per gen
   // An EOS id the rows never emit within the limit, so that every chapter runs all
   // steps and none enqueues a speculative one.
   int eos = weights.config.vocab_size - 1;
-  while (reference::generate(weights, prompts.rows(), new_tokens, eos, false).steps != new_tokens)
+  while (eos > 0 &&
+         reference::generate(weights, prompts.rows(), new_tokens, eos, false).steps != new_tokens)
     --eos;
+  REQUIRE(eos > 0);
   const std::vector<std::string> arguments = {
       "--weights", testing::golden_model_directory(), "--batch", std::to_string(batch),
       "--new-tokens", std::to_string(new_tokens), "--random-prompt-length",
