@@ -4,7 +4,7 @@
 //
 //   int main(int argc, char** argv) {
 //     return ladder::run_chapter(argc, argv, {"01_naive_decode", "naive decode"},
-//                                ladder::make_decoder<NaiveDecoder>);
+//                                ladder::make_decoder<Gpt2Decoder>);
 //   }
 //
 // run_chapter does everything that is the same for every rung: the command line,
@@ -85,8 +85,8 @@ class Decoder {
   virtual DeviceAllocator& allocator() = 0;
   /// The matrix products of one decode step alone, run back to back with the same
   /// shapes and handles as the loop, in seconds per step (median of several repeats);
-  /// chapters that report how much of a step is matmul override this. Negative: not
-  /// measured.
+  /// chapters with a decode step override this with one call of decode_matmul_seconds
+  /// (common/step_context.hpp). Negative: not measured.
   virtual double matmul_seconds_per_step(int batch) {
     static_cast<void>(batch);
     return -1.0;

@@ -51,9 +51,8 @@ constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
 //         chunks of 32 positions starting at 32 w, 32 (w + 8), ... up to capacity - all
 //         of them, masked or not; the eight warp states are merged through shared
 //         memory in warp order. (Two resident blocks per SM let ptxas use up to 128
-//         registers: 112 for GPT-2's D = 64 on sm_90. The bound dates from an earlier
-//         version that spilled at the 48 registers ptxas chose unbounded; the current
-//         one does not spill at 48, and whether the bound still pays is not re-measured.)
+//         registers: 112 for GPT-2's D = 64 on sm_90; docs/performance_notes.md says
+//         where the bound comes from.)
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kStaticThreads, 2)
     static_cache_attention_kernel(const float* q, int q_row_stride, const float* keys,

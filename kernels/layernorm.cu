@@ -4,10 +4,8 @@
 // A decode step normalizes only B rows (32 at the seed's batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
 // (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
-// once, before the first reduction. An earlier version gave each row one warp, eight
-// rows to a block: at B = 32 that is 4 blocks on the H200's 132 SMs, each lane loading
-// the weight and bias only after two reductions, ~5 us a launch; this one takes ~1.5 us
-// (docs/performance_notes.md). Two passes instead of sum and sum of squares in one:
+// once, before the first reduction (the warp-per-row version it replaced, and what
+// each took: docs/performance_notes.md). Two passes instead of sum and sum of squares in one:
 // E[x^2] - E[x]^2 cancels badly in fp32 when the mean is large against the spread,
 // while sum((x - mean)^2) does not; both passes read the registers, not memory.
 #include "kernels/layernorm.cuh"

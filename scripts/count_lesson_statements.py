@@ -17,8 +17,12 @@ removed or added counts once; a block of n statements replaced by m counts max(n
     python3 scripts/count_lesson_statements.py 04 05      # one pair, by chapter number
     python3 scripts/count_lesson_statements.py --show 04 05   # ... and the changed statements
     python3 scripts/count_lesson_statements.py --layer-loops  # loops over the layers, per file
+    python3 scripts/count_lesson_statements.py --limit 04:05:45 --limit 05:06:60 --one-layer-loop
+                                   # exit 1 if a pair changes more, or a file from 02 on
+                                   # holds more than one loop over the layers (CI)
 
-Exit status 0; 2 on a bad chapter number or a folder without exactly one loop file.
+Exit status 0; 1 when a --limit or --one-layer-loop is exceeded; 2 on a bad chapter number
+or a folder without exactly one loop file.
 """
 import argparse
 import difflib
@@ -43,8 +47,9 @@ def strip_comments(source: str) -> str:
 def opens_initializer(code: str, index: int) -> bool:
     """Whether the `{` at code[index] starts a braced initializer rather than a block.
 
-    Formatted code writes `name{...}` for an initializer and `) {`, `else {`,
-    `class Name {` for a block; `return {...}` and `= {...}` are initializers too.
+    Formatted code writes `name{...}` for an initializer and `) {`, `] {`, `else {`,
+    `class Name {` for a block (a lambda's body is a block too); `return {...}`,
+    `= {...}` and a `{` that follows `(`, `,` or `{` are initializers.
     """
     before = code[:index]
     if not before.endswith(" "):
@@ -53,33 +58,45 @@ def opens_initializer(code: str, index: int) -> bool:
 
 
 def statements(source: str) -> list:
-    """The code's statements, white space normalized, in order."""
+    """The code's statements, white space normalized, in order. A statement ends at a
+    `;` that is not inside parentheses or an initializer, and after a block's `{` or `}`;
+    a lambda's body inside a call is split the same way."""
     code = " ".join(strip_comments(source).split())
-    result, current, depth, braces, in_string = [], [], 0, 0, None
+    result, current, nesting, in_string = [], [], [], None
+
+    def finish():
+        statement = "".join(current).strip()
+        if statement:
+            result.append(statement)
+        current.clear()
+
     for index, char in enumerate(code):
         current.append(char)
         if in_string:
             if char == in_string and code[index - 1] != "\\":
                 in_string = None
             continue
+        in_block = not nesting or nesting[-1] == "block"
         if char in "\"'":
             in_string = char
         elif char == "(":
-            depth += 1
+            nesting.append("paren")
         elif char == ")":
-            depth -= 1
-        elif char == "{" and (braces > 0 or depth > 0 or opens_initializer(code, index)):
-            braces += 1  # a braced initializer stays inside its statement
-        elif char == "}" and braces > 0:
-            braces -= 1
-        elif braces == 0 and ((char == ";" and depth == 0) or char in "{}"):
-            statement = "".join(current).strip()
-            if statement:
-                result.append(statement)
-            current = []
-    tail = "".join(current).strip()
-    if tail:
-        result.append(tail)
+            if nesting:
+                nesting.pop()
+        elif char == "{":
+            if nesting and nesting[-1] == "init" or opens_initializer(code, index):
+                nesting.append("init")
+            else:
+                nesting.append("block")
+                finish()
+        elif char == "}":
+            kind = nesting.pop() if nesting else "block"
+            if kind == "block":
+                finish()
+        elif char == ";" and in_block:
+            finish()
+    finish()
     return result
 
 
@@ -98,6 +115,33 @@ def layer_loops(path: pathlib.Path) -> int:
     return sum(1 for statement in statements(path.read_text()) if LAYER_LOOP.search(statement))
 
 
+def check_limits(limits: list, one_layer_loop: bool, folders: list, by_number: dict) -> int:
+    """1 (and one line each) when a pair changes more than its limit or a file from
+    chapter 02 on holds more than one loop over the layers."""
+    failures = []
+    for limit in limits:
+        try:
+            before, after, most = limit.split(":")
+            pair, most = (by_number[before], by_number[after]), int(most)
+        except (ValueError, KeyError):
+            print(f"count_lesson_statements.py: --limit {limit}: expected NN:MM:MAX with two "
+                  "chapter numbers", file=sys.stderr)
+            return 2
+        changed = count(changed_statements(statements(loop_file(pair[0]).read_text()),
+                                           statements(loop_file(pair[1]).read_text())))
+        print(f"{before} -> {after}: {changed} statements changed (limit {most})")
+        if changed > most:
+            failures.append(f"{before} -> {after} changes {changed} statements, more than {most}")
+    if one_layer_loop:
+        for folder in (folder for folder in folders if int(folder.name[:2]) >= 2):
+            loops = layer_loops(loop_file(folder))
+            if loops > 1:
+                failures.append(f"{folder.name} loops over the layers {loops} times")
+    for failure in failures:
+        print(f"count_lesson_statements.py: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
 def main(argv) -> int:
     try:
         return run(argv)
@@ -112,6 +156,11 @@ def run(argv) -> int:
     parser.add_argument("--show", action="store_true", help="print the changed statements")
     parser.add_argument("--layer-loops", action="store_true",
                         help="print how many loops over the layers each chapter file holds")
+    parser.add_argument("--limit", action="append", default=[], metavar="NN:MM:MAX",
+                        help="fail when chapter NN -> MM changes more than MAX statements")
+    parser.add_argument("--one-layer-loop", action="store_true",
+                        help="fail when a chapter file from chapter 02 on loops over the "
+                             "layers more than once")
     parser.add_argument("--root", type=pathlib.Path, default=REPOSITORY)
     args = parser.parse_args(argv)
     folders = chapter_folders(args.root.resolve())
@@ -121,6 +170,8 @@ def run(argv) -> int:
         for folder in folders:
             print(f"{folder.name}: {layer_loops(loop_file(folder))} loop(s) over the layers")
         return 0
+    if args.limit or args.one_layer_loop:
+        return check_limits(args.limit, args.one_layer_loop, folders, by_number)
     if args.chapters:
         if len(args.chapters) != 2 or any(number.zfill(2) not in by_number
                                           for number in args.chapters):

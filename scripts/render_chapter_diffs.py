@@ -1,33 +1,50 @@
 #!/usr/bin/env python3
-"""scripts/render_chapter_diffs.py - each chapter's diff against the chapter before, in its README.
+"""scripts/render_chapter_diffs.py - the generated code in the chapter pages: each chapter's diff
+against the chapter before, its `// NEW in chapter NN:` markers, and quoted lines.
 
 A chapter adds exactly one optimization to the chapter before it, so the diff of their
-two decode loops IS the lesson. For every chapters/NN_name/ after the first, this
-script runs `diff -u` on the previous chapter's loop file (the folder's one .cpp or .cu
-source) and this chapter's, and writes the result as a ```diff block into
-chapters/NN_name/README.md, between two lines that hold only the markers
+two decode loops IS the lesson. For every chapters/NN_name/ after the first, this script
+writes three kinds of generated blocks into chapters/NN_name/README.md, each between two
+lines that hold only its markers:
 
-    <!-- diff:begin -->
-    <!-- diff:end -->
+    <!-- diff:begin --> ... <!-- diff:end -->
+        `diff -u` of the previous chapter's loop file (the folder's one .cpp or .cu) and
+        this chapter's, from each file's first `#include` on (the header comments are
+        prose, not the lesson), folded into a <details> element.
+    <!-- new-markers:begin --> ... <!-- new-markers:end -->
+        every `// NEW in chapter NN:` line of this chapter's loop file, with its line number:
+        exactly what `grep -n "NEW in chapter NN:"` finds. Each must be a line the diff
+        adds; one that is not marks nothing new and is reported.
+    <!-- quote:begin PATH | ANCHOR | COUNT --> ... <!-- quote:end -->
+        COUNT lines of the file PATH (from the checkout's root), starting at the first line
+        that contains ANCHOR, as a ```cpp block: the lines a page quotes stay the code's
+        (in the first chapter's README too).
 
-The block is generated, never edited by hand: change the code, run the script. The same
+The blocks are generated, never edited by hand: change the code, run the script. The same
 sources give the same README, byte for byte, so running it twice changes nothing.
 
     python3 scripts/render_chapter_diffs.py            # rewrite the blocks that are stale
     python3 scripts/render_chapter_diffs.py --check    # exit 1 if any block is stale (CI)
 
 Exit status: 0 when every README is (or now is) up to date; 1 when --check finds a stale
-block, or when a chapter after the first has no README, no markers, or not exactly one
-loop file (each problem is named on one line).
+block, or when a chapter after the first has no README, no diff markers, not exactly one
+loop file, a marker the diff does not add, or a quote whose file or anchor is missing
+(each problem is named on one line).
 """
 import argparse
 import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 DIFF_BEGIN, DIFF_END = "<!-- diff:begin -->", "<!-- diff:end -->"
+MARKERS_BEGIN, MARKERS_END = "<!-- new-markers:begin -->", "<!-- new-markers:end -->"
+QUOTE_BEGIN = re.compile(r"^[ \t]*<!-- quote:begin (\S+) \| (.+?) \| ([0-9]+) -->[ \t]*$",
+                         re.MULTILINE)
+QUOTE_END = "<!-- quote:end -->"
+HUNK_HEADER = re.compile(r"^@@ -([0-9]+)(,[0-9]+)? \+([0-9]+)(,[0-9]+)? @@", re.MULTILINE)
 CHAPTER_FOLDER = re.compile(r"^[0-9][0-9]_")
 LOOP_FILE_SUFFIXES = (".cpp", ".cu")
 
@@ -53,32 +70,141 @@ def loop_file(folder: pathlib.Path) -> pathlib.Path:
     return sources[0]
 
 
+def code_lines(path: pathlib.Path) -> tuple:
+    """(lines before the first `#include`, the file's lines from it on)."""
+    lines = path.read_text().splitlines(keepends=True)
+    first = next((index for index, line in enumerate(lines) if line.startswith("#include")), 0)
+    return first, lines[first:]
+
+
 def unified_diff(root: pathlib.Path, before: pathlib.Path, after: pathlib.Path) -> str:
-    """`diff -u` of two files, labelled with their paths from the root (no timestamps)."""
+    """`diff -u` of two files from their first `#include` on, labelled with their paths from
+    the root (no timestamps), with the line numbers of the whole files."""
     before_label = before.relative_to(root).as_posix()
     after_label = after.relative_to(root).as_posix()
-    result = subprocess.run(
-        ["diff", "-u", "--label", before_label, "--label", after_label, str(before), str(after)],
-        capture_output=True, text=True, check=False)
+    (before_skipped, before_code), (after_skipped, after_code) = code_lines(before), code_lines(after)
+    with tempfile.TemporaryDirectory() as scratch:
+        before_copy, after_copy = pathlib.Path(scratch, "before"), pathlib.Path(scratch, "after")
+        before_copy.write_text("".join(before_code))
+        after_copy.write_text("".join(after_code))
+        result = subprocess.run(
+            ["diff", "-u", "--label", before_label, "--label", after_label, str(before_copy),
+             str(after_copy)], capture_output=True, text=True, check=False)
     if result.returncode not in (0, 1):  # 0: same, 1: different, 2: trouble
         raise ChapterError(f"diff -u {before_label} {after_label} failed: {result.stderr.strip()}")
-    return result.stdout
+
+    def whole_file_numbers(match):
+        old_start, old_count, new_start, new_count = match.groups()
+        return (f"@@ -{int(old_start) + before_skipped}{old_count or ''} "
+                f"+{int(new_start) + after_skipped}{new_count or ''} @@")
+    return HUNK_HEADER.sub(whole_file_numbers, result.stdout)
+
+
+def added_lines(diff: str) -> set:
+    """The line numbers (in the new file) of the lines a unified diff adds."""
+    added, number = set(), 0
+    for line in diff.splitlines():
+        header = HUNK_HEADER.match(line)
+        if header:
+            number = int(header.group(3))
+        elif line.startswith("+") and not line.startswith("+++"):
+            added.add(number)
+            number += 1
+        elif line.startswith(" "):
+            number += 1
+    return added
+
+
+def fenced(text: str, language: str) -> str:
+    """A fenced block longer than any run of backticks that starts a line of `text`."""
+    longest = max((len(match.group(0)) for match in re.finditer(r"(?m)^`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}\n"
 
 
 def diff_block(root: pathlib.Path, before: pathlib.Path, after: pathlib.Path) -> str:
-    """The text that goes between the markers."""
+    """The text that goes between the diff markers."""
     diff = unified_diff(root, before, after)
     before_label = before.relative_to(root).as_posix()
     after_label = after.relative_to(root).as_posix()
     if not diff:
-        return (f"`{after_label}` is identical to `{before_label}` "
+        return (f"`{after_label}` is identical to `{before_label}` from the first `#include` on "
                 "(generated by `scripts/render_chapter_diffs.py`).\n")
-    # A fence longer than any run of backticks that starts a line of the diff.
-    longest = max((len(match.group(0)) for match in re.finditer(r"(?m)^`+", diff)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return (f"Generated by `scripts/render_chapter_diffs.py`: `diff -u {before_label} "
-            f"{after_label}`.\n\n"
-            f"{fence}diff\n{diff.rstrip(chr(10))}\n{fence}\n")
+    changed = sum(1 for line in diff.splitlines()
+                  if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    return (f"<details>\n<summary>The whole diff against the chapter before: {changed} lines "
+            f"changed (<code>diff -u {before_label} {after_label}</code>, from the first "
+            f"<code>#include</code>)</summary>\n\n"
+            f"Generated by `scripts/render_chapter_diffs.py`.\n\n"
+            + fenced(diff, "diff") + "\n</details>\n")
+
+
+def chapter_number(folder: pathlib.Path) -> str:
+    return folder.name[:2]
+
+
+def marker_lines(path: pathlib.Path, number: str) -> list:
+    """(line number, text) of every `// NEW in chapter NN:` comment of the file."""
+    marker = f"// NEW in chapter {number}:"
+    return [(index, line.strip()) for index, line in enumerate(path.read_text().splitlines(), 1)
+            if marker in line]
+
+
+def markers_block(root: pathlib.Path, before: pathlib.Path, after: pathlib.Path) -> str:
+    """The text that goes between the new-markers markers; a marker the diff does not add
+    is a ChapterError."""
+    number = chapter_number(after.parent)
+    label = after.relative_to(root).as_posix()
+    markers = marker_lines(after, number)
+    added = added_lines(unified_diff(root, before, after))
+    stale = [line for line, _ in markers if line not in added]
+    if stale:
+        raise ChapterError(f"{label}: line(s) {', '.join(map(str, stale))} say \"NEW in chapter "
+                           f"{number}\" but the diff against {before.relative_to(root).as_posix()} "
+                           "does not add them: mark only what this chapter changes")
+    if not markers:
+        return f"`{label}` holds no `// NEW in chapter {number}:` line.\n"
+    plural = "line" if len(markers) == 1 else "lines"
+    lines = [f"`grep -n \"NEW in chapter {number}:\" {label}` finds {len(markers)} {plural} "
+             "(generated by `scripts/render_chapter_diffs.py`):", ""]
+    lines += [f"- line {line}: {code_span(text)}" for line, text in markers]
+    return "\n".join(lines) + "\n"
+
+
+def code_span(text: str) -> str:
+    """`text` as inline code, also when it holds a backtick."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def quote_block(root: pathlib.Path, relative: str, anchor: str, count: int, readme) -> str:
+    """`count` lines of root/relative from the first line that contains `anchor`."""
+    path = root / relative
+    if not path.is_file():
+        raise ChapterError(f"{readme}: the quote names '{relative}', which does not exist")
+    lines = path.read_text().splitlines()
+    first = next((index for index, line in enumerate(lines) if anchor in line), None)
+    if first is None:
+        raise ChapterError(f"{readme}: no line of {relative} contains the quote's anchor "
+                           f"'{anchor}': update the anchor")
+    quoted = lines[first:first + count]
+    indent = min((len(line) - len(line.lstrip()) for line in quoted if line.strip()), default=0)
+    text = "\n".join(line[indent:] for line in quoted)
+    where = (f"line {first + 1}" if len(quoted) == 1
+             else f"lines {first + 1}-{first + len(quoted)}")
+    return f"`{relative}`, {where}:\n\n" + fenced(text, "cpp")
+
+
+def with_quotes(root: pathlib.Path, text: str, readme: pathlib.Path) -> str:
+    """`text` with every quote block filled in."""
+    pieces, position = [], 0
+    for begin in QUOTE_BEGIN.finditer(text):
+        stop = marker_line(QUOTE_END).search(text, begin.end())
+        if not stop:
+            raise ChapterError(f"{readme}: a quote:begin line has no {QUOTE_END} line after it")
+        block = quote_block(root, begin.group(1), begin.group(2), int(begin.group(3)), readme)
+        pieces += [text[position:begin.end()], "\n\n", block, "\n"]
+        position = stop.start()
+    return "".join(pieces) + text[position:]
 
 
 def marker_line(marker: str):
@@ -86,15 +212,29 @@ def marker_line(marker: str):
     return re.compile(r"^[ \t]*" + re.escape(marker) + r"[ \t]*$", re.MULTILINE)
 
 
-def with_block(text: str, block: str, readme: pathlib.Path) -> str:
+def with_block(text: str, block: str, readme: pathlib.Path, begin: str = DIFF_BEGIN,
+               end: str = DIFF_END, required: bool = True) -> str:
     """`text` with the lines between the markers replaced by `block`."""
-    start = marker_line(DIFF_BEGIN).search(text)
-    stop = marker_line(DIFF_END).search(text, start.end()) if start else None
+    start = marker_line(begin).search(text)
+    stop = marker_line(end).search(text, start.end()) if start else None
     if not start or not stop:
-        raise ChapterError(f"{readme}: no {DIFF_BEGIN} ... {DIFF_END} lines: add them, each alone "
+        if not required:
+            return text
+        raise ChapterError(f"{readme}: no {begin} ... {end} lines: add them, each alone "
                            "on its line, where the diff against the previous chapter belongs")
     # Blank lines around the block keep it apart from the markers in any Markdown reader.
     return text[:start.end()] + "\n\n" + block + "\n" + text[stop.start():]
+
+
+def rendered(root: pathlib.Path, previous: pathlib.Path, folder: pathlib.Path, text: str,
+             readme: pathlib.Path) -> str:
+    """The README text with every generated block of the chapter current."""
+    before, after = loop_file(previous), loop_file(folder)
+    text = with_block(text, diff_block(root, before, after), readme)
+    if marker_line(MARKERS_BEGIN).search(text):
+        text = with_block(text, markers_block(root, before, after), readme, MARKERS_BEGIN,
+                          MARKERS_END, required=False)
+    return with_quotes(root, text, readme)
 
 
 def main(argv) -> int:
@@ -110,15 +250,20 @@ def main(argv) -> int:
     problems = []
     stale = []
     folders = chapter_folders(root)
-    for previous, folder in zip(folders, folders[1:]):
+    for previous, folder in zip([None] + folders, folders):
         readme = folder / "README.md"
         try:
-            block = diff_block(root, loop_file(previous), loop_file(folder))
-            if not readme.is_file():
-                raise ChapterError(f"{readme}: missing (every chapter has a README with a "
-                                   f"{DIFF_BEGIN} ... {DIFF_END} block)")
-            text = readme.read_text()
-            updated = with_block(text, block, readme)
+            if previous is None:  # the first chapter has no diff, only quotes
+                if not readme.is_file():
+                    continue
+                text = readme.read_text()
+                updated = with_quotes(root, text, readme)
+            else:
+                if not readme.is_file():
+                    raise ChapterError(f"{readme}: missing (every chapter has a README with a "
+                                       f"{DIFF_BEGIN} ... {DIFF_END} block)")
+                text = readme.read_text()
+                updated = rendered(root, previous, folder, text, readme)
         except ChapterError as error:
             problems.append(str(error))
             continue
@@ -132,7 +277,7 @@ def main(argv) -> int:
         print(f"render_chapter_diffs.py: {problem}", file=sys.stderr)
     for readme in stale:
         if args.check:
-            print(f"render_chapter_diffs.py: {readme}: the diff block is stale; run "
+            print(f"render_chapter_diffs.py: {readme}: a generated block is stale; run "
                   "python3 scripts/render_chapter_diffs.py", file=sys.stderr)
         else:
             print(f"render_chapter_diffs.py: wrote {readme}", file=sys.stderr)

@@ -13,6 +13,15 @@ and writes, always generated and never edited by hand:
   chapters/NN_name/README.md             the text between <!-- chapter-results:begin --> and
                                          <!-- chapter-results:end -->, where a chapter has them:
                                          that chapter's rows only
+  chapters/NN_name/README.md             between <!-- beside-previous:begin COLUMNS --> and
+                                         <!-- beside-previous:end -->: the previous chapter's rows
+                                         beside this one's at the main batch, in the columns
+                                         named (separated by |, as in the tables' headers)
+  chapters/NN_name/README.md             between <!-- step-time:begin --> and
+  docs/images/step_time_NN.svg           <!-- step-time:end -->: where a traced step's time goes
+                                         (matmul kernels, other kernels, GPU idle) for this
+                                         chapter and the one before, on one linear scale, from
+                                         results/profile/NN_name.kernel_profile.txt
   any README.md or docs/*.md             the text between <!-- measured:PATH:begin --> and
                                          <!-- measured:PATH:end -->: the markdown table of the
                                          file PATH (relative to the checkout), e.g. the output
@@ -49,6 +58,10 @@ from pytorch_baseline import VARIANTS, format_bytes
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
 CHAPTER_BEGIN, CHAPTER_END = "<!-- chapter-results:begin -->", "<!-- chapter-results:end -->"
+BESIDE_BEGIN = re.compile(r"^[ \t]*(<!-- beside-previous:begin (.+?) -->)[ \t]*$", re.MULTILINE)
+BESIDE_END = "<!-- beside-previous:end -->"
+STEP_TIME_BEGIN, STEP_TIME_END = "<!-- step-time:begin -->", "<!-- step-time:end -->"
+PROFILES = "results/profile"  # the chapters' --kernel-profile output, NN_name.kernel_profile.txt
 PLOTS = {
     "time_per_chapter": "results_time_per_chapter.png",
     "time_vs_n": "results_time_vs_n.png",
@@ -264,48 +277,93 @@ def has_trace(reports) -> bool:
     return any("kernels_per_step" in row for report in reports for row in report.rows.values())
 
 
+def column_names(reference_name: str, trace: bool) -> list:
+    return (["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
+             f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
+             "alloc/step", "syncs/step"]
+            + (["kernels/step", "idle µs/step", "idle between steps µs", "matmuls ms/step",
+                "rest on top"]
+               if trace else [])
+            + [f"tokens = {reference_name}"])
+
+
+def row_cells(report, size, comparisons, reference_name: str) -> dict:
+    """Every column's cell of one report's row at `size`, by column name."""
+    row = report.rows[size]
+    over_reference, over_previous = comparisons.speedups(report, size)
+    floor = row.get("floor_s") or 0.0
+    idle = row.get("gpu_idle_s_per_step")
+    matmuls = row.get("matmul_s_per_step")
+    step = row["median_s"] / row["steps"] if row.get("steps") else None
+    gap = row.get("gpu_idle_between_steps_s")
+    return {
+        "chapter": escape(report.label), "prec": report.precision,
+        "B": str(row["batch"]), "N": str(row["new_tokens"]), "steps": str(row["steps"]),
+        "median ms": milliseconds(row["median_s"]), "ms/step": f"{row['ms_per_step']:.3f}",
+        "tokens/s": f"{row['tokens_per_s']:,.0f}",
+        f"× {reference_name}": ratio(over_reference), "× prev": ratio(over_previous),
+        "× floor": ratio(row["median_s"] / floor if floor > 0 else None),
+        "peak alloc": format_bytes(row["peak_allocated_bytes"]),
+        "peak resv": format_bytes(row["peak_reserved_bytes"]),
+        "frag": f"{100 * row['fragmentation']:.0f}%",
+        "alloc/step": optional(row.get("allocations_per_step"), 1),
+        "syncs/step": optional(row.get("host_syncs_per_step"), 2),
+        "kernels/step": optional(row.get("kernels_per_step"), 1),
+        "idle µs/step": optional(None if idle is None else idle * 1e6, 1),
+        "idle between steps µs": optional(None if gap is None else gap * 1e6, 1),
+        "matmuls ms/step": optional(None if matmuls is None else matmuls * 1e3, 3),
+        "rest on top": ("—" if matmuls is None or step is None
+                        else f"{100 * (step / matmuls - 1):+.0f}%"),
+        f"tokens = {reference_name}": comparisons.tokens_match(report, size),
+    }
+
+
+def table_head(header: list) -> list:
+    return ["| " + " | ".join(header) + " |",
+            "|" + "|".join("---" if index < 2 else "--:" for index in range(len(header))) + "|"]
+
+
 def table(reports, sizes_of, comparisons, reference_name: str, trace: bool) -> list:
-    header = (["chapter", "prec", "B", "N", "steps", "median ms", "ms/step", "tokens/s",
-               f"× {reference_name}", "× prev", "× floor", "peak alloc", "peak resv", "frag",
-               "alloc/step", "syncs/step"]
-              + (["kernels/step", "idle µs/step", "idle between steps µs", "matmuls ms/step",
-                  "rest on top"]
-                 if trace else [])
-              + [f"tokens = {reference_name}"])
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if index < 2 else "--:" for index in range(len(header))) + "|"]
+    header = column_names(reference_name, trace)
+    lines = table_head(header)
     for report in reports:
         for index, size in enumerate(sizes_of(report)):
-            row = report.rows[size]
-            over_reference, over_previous = comparisons.speedups(report, size)
-            floor = row.get("floor_s") or 0.0
-            cells = [
-                escape(report.label) if index == 0 else "",
-                report.precision if index == 0 else "",
-                str(row["batch"]), str(row["new_tokens"]), str(row["steps"]),
-                milliseconds(row["median_s"]), f"{row['ms_per_step']:.3f}",
-                f"{row['tokens_per_s']:,.0f}",
-                ratio(over_reference), ratio(over_previous),
-                ratio(row["median_s"] / floor if floor > 0 else None),
-                format_bytes(row["peak_allocated_bytes"]), format_bytes(row["peak_reserved_bytes"]),
-                f"{100 * row['fragmentation']:.0f}%",
-                optional(row.get("allocations_per_step"), 1),
-                optional(row.get("host_syncs_per_step"), 2),
-            ]
-            if trace:
-                idle = row.get("gpu_idle_s_per_step")
-                matmuls = row.get("matmul_s_per_step")
-                step = row["median_s"] / row["steps"] if row.get("steps") else None
-                gap = row.get("gpu_idle_between_steps_s")
-                cells += [optional(row.get("kernels_per_step"), 1),
-                          optional(None if idle is None else idle * 1e6, 1),
-                          optional(None if gap is None else gap * 1e6, 1),
-                          optional(None if matmuls is None else matmuls * 1e3, 3),
-                          "—" if matmuls is None or step is None
-                          else f"{100 * (step / matmuls - 1):+.0f}%"]
-            cells.append(comparisons.tokens_match(report, size))
-            lines.append("| " + " | ".join(cells) + " |")
+            cells = row_cells(report, size, comparisons, reference_name)
+            if index > 0:
+                cells["chapter"] = cells["prec"] = ""
+            lines.append("| " + " | ".join(cells[name] for name in header) + " |")
     return lines
+
+
+def beside_previous_table(report, ladder, layout, columns: list) -> list:
+    """This chapter's rows at the main batch with the previous chapter's (same size and
+    precision) above each, in the chosen columns only."""
+    comparisons = Comparisons(ladder)
+    known = column_names("01", True)
+    unknown = [name for name in columns if name not in known]
+    if unknown:
+        fail(f"beside-previous: unknown column(s) {', '.join(unknown)}; choose from "
+             f"{', '.join(known[2:])}")
+    header = ["chapter", "N"] + [name for name in columns if name != "N"]
+    lines = table_head(header)
+    for size in layout.main_sizes(report):
+        previous = comparisons.previous(report, size)
+        for shown in ([previous] if previous else []) + [report]:
+            cells = row_cells(shown, size, comparisons, "01")
+            lines.append("| " + " | ".join(cells[name] for name in header) + " |")
+    return lines
+
+
+def beside_previous_block(run, report, ladder, layout, results_name, columns) -> str:
+    group = [other for other in ladder if other.precision == report.precision]
+    index = group.index(report)
+    before = group[index - 1].label if index > 0 else None
+    lines = [generated_note(results_name), "",
+             (f"Chapter {before} and this chapter at B = {layout.batch}, in the columns that "
+              f"matter here (every column: the table below):" if before else
+              f"This chapter at B = {layout.batch}:"), ""]
+    lines += beside_previous_table(report, ladder, layout, columns)
+    return "\n".join(lines)
 
 
 def failure_lines(reports) -> list:
@@ -491,6 +549,137 @@ def chapter_block(run, report, ladder, layout, results_name) -> str:
         lines += [f"Batch sweep at N = {layout.new_tokens}:", ""]
         lines += table([report], layout.sweep_sizes, comparisons, "01", trace) + [""]
     return "\n".join(lines).rstrip("\n")
+
+
+# ---------------------------------------------------------------- where a step's time goes
+
+PROFILE_STEP = re.compile(r"^batch (\d+), (\d+) new tokens: GPU busy ([0-9.]+) ms of ([0-9.]+) ms "
+                          r"per step")
+PROFILE_KERNEL = re.compile(r"^\s+([0-9.]+) us/step\s+([0-9.]+) launches/step\s+(.+)$")
+# cuBLASLt's kernels: the products themselves and their split-K reductions.
+MATMUL_KERNEL = re.compile(r"gemm|cublasLt|cutlass", re.IGNORECASE)
+
+
+@dataclass
+class StepTime:
+    """One traced step, split three ways: the matrix products' kernels, every other
+    kernel, and the time the GPU ran nothing."""
+    label: str
+    source: str
+    batch: int
+    new_tokens: int
+    step_ms: float
+    matmul_ms: float
+    other_ms: float
+    idle_ms: float
+
+
+def step_time(root: pathlib.Path, report) -> "StepTime | None":
+    """The first traced configuration of results/profile/<chapter>.kernel_profile.txt."""
+    relative = f"{PROFILES}/{report.chapter}.kernel_profile.txt"
+    path = root / relative
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    for index, line in enumerate(lines):
+        step = PROFILE_STEP.match(line)
+        if not step:
+            continue
+        matmul_us = 0.0
+        for kernel_line in lines[index + 1:]:
+            kernel = PROFILE_KERNEL.match(kernel_line)
+            if not kernel:
+                break
+            if MATMUL_KERNEL.search(kernel.group(3)):
+                matmul_us += float(kernel.group(1))
+        busy, whole = float(step.group(3)), float(step.group(4))
+        return StepTime(label=report.label, source=relative, batch=int(step.group(1)),
+                        new_tokens=int(step.group(2)), step_ms=whole, matmul_ms=matmul_us / 1e3,
+                        other_ms=busy - matmul_us / 1e3, idle_ms=whole - busy)
+    return None
+
+
+STEP_TIME_PARTS = [("matmul kernels", "matmul_ms", "#4e79a7"),
+                   ("other kernels", "other_ms", "#f28e2b"),
+                   ("GPU idle", "idle_ms", "#bab0ac")]
+
+
+def step_time_svg(times: list) -> str:
+    """Horizontal bars on one linear scale, one per chapter, split three ways."""
+    left, bar_height, gap, width = 190, 26, 14, 520
+    top = 36
+    scale_ms = max(time.step_ms for time in times)
+    tick = next(step for step in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50)
+                if scale_ms / step <= 6)
+    axis_ms = tick * -(-scale_ms // tick)
+    height = top + len(times) * (bar_height + gap) + 40
+    total_width = left + width + 30
+
+    def x(ms):
+        return left + width * ms / axis_ms
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_width}" height="{height}" '
+             f'viewBox="0 0 {total_width} {height}" font-family="sans-serif" font-size="12">',
+             f'<rect width="{total_width}" height="{height}" fill="white"/>']
+    legend_x = left
+    for name, _, colour in STEP_TIME_PARTS:
+        parts.append(f'<rect x="{legend_x}" y="10" width="12" height="12" fill="{colour}"/>')
+        parts.append(f'<text x="{legend_x + 16}" y="20">{name}</text>')
+        legend_x += 16 + 8 * len(name) + 20
+    for row, time in enumerate(times):
+        y = top + row * (bar_height + gap)
+        parts.append(f'<text x="{left - 8}" y="{y + bar_height / 2 + 4:.1f}" '
+                     f'text-anchor="end">{time.label}</text>')
+        start = 0.0
+        for name, attribute, colour in STEP_TIME_PARTS:
+            value = max(getattr(time, attribute), 0.0)
+            parts.append(f'<rect x="{x(start):.1f}" y="{y}" width="{x(start + value) - x(start):.1f}" '
+                         f'height="{bar_height}" fill="{colour}"><title>{name}: {value:.3f} ms'
+                         f'</title></rect>')
+            if x(start + value) - x(start) > 44:
+                parts.append(f'<text x="{(x(start) + x(start + value)) / 2:.1f}" '
+                             f'y="{y + bar_height / 2 + 4:.1f}" text-anchor="middle" '
+                             f'fill="white">{value:.3f}</text>')
+            start += value
+    axis_y = top + len(times) * (bar_height + gap)
+    parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + width}" y2="{axis_y}" '
+                 f'stroke="black"/>')
+    ticks = int(round(axis_ms / tick))
+    for index in range(ticks + 1):
+        ms = index * tick
+        parts.append(f'<line x1="{x(ms):.1f}" y1="{axis_y}" x2="{x(ms):.1f}" y2="{axis_y + 4}" '
+                     f'stroke="black"/>')
+        parts.append(f'<text x="{x(ms):.1f}" y="{axis_y + 16}" text-anchor="middle">'
+                     f'{ms:g}</text>')
+    parts.append(f'<text x="{left + width / 2}" y="{axis_y + 32}" text-anchor="middle">'
+                 f'ms per step (traced run, linear scale)</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def step_time_image(folder_number: str) -> str:
+    return f"step_time_{folder_number}.svg"
+
+
+def step_time_block(times: list, image: str) -> str:
+    """The picture's link and its numbers, for a chapter page."""
+    sources = ", ".join(f"`{time.source}`" for time in times)
+    first = times[0]
+    lines = [f"<!-- generated by scripts/render_results.py from {PROFILES}: edit the script, "
+             "not this block -->", "",
+             f"![Where a step's time goes](../../docs/images/{image})", "",
+             "| chapter | traced ms/step | matmul kernels | other kernels | GPU idle |",
+             "|---|--:|--:|--:|--:|"]
+    for time in times:
+        lines.append(f"| {escape(time.label)} | {time.step_ms:.3f} | {time.matmul_ms:.3f} | "
+                     f"{time.other_ms:.3f} | {time.idle_ms:.3f} |")
+    lines += ["", f"B = {first.batch}, N = {first.new_tokens}, milliseconds per step of one run "
+              f"traced with CUPTI (`--kernel-profile`; tracing slows the host, so the traced step "
+              f"is longer than the timed one and its idle time larger): {sources}. Matmul "
+              "kernels are cuBLASLt's (the products and their split-K reductions); other "
+              "kernels are the rest of the GPU's busy time; GPU idle is the step's time with no "
+              "kernel running."]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- plots
@@ -734,6 +923,27 @@ def main(argv) -> int:
                     chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
                     chapter_block(run, report, ladder, layout, results_name)):
                 written.append(chapter_readme)
+            beside = BESIDE_BEGIN.search(chapter_readme.read_text())
+            if beside and writer.replace_between(
+                    chapter_readme, beside.group(1), BESIDE_END,
+                    beside_previous_block(run, report, ladder, layout, results_name,
+                                          [name.strip() for name in beside.group(2).split("|")])):
+                if chapter_readme not in written:
+                    written.append(chapter_readme)
+            if has_markers(chapter_readme.read_text(), STEP_TIME_BEGIN):
+                group = [other for other in ladder if other.precision == report.precision]
+                index = group.index(report)
+                times = [time for time in (step_time(args.root, other)
+                                           for other in group[max(0, index - 1):index + 1]) if time]
+                if times:
+                    image = images / step_time_image(report.chapter[:2])
+                    images.mkdir(parents=True, exist_ok=True)
+                    writer.write(image, step_time_svg(times))
+                    written.append(image)
+                    if writer.replace_between(chapter_readme, STEP_TIME_BEGIN, STEP_TIME_END,
+                                              step_time_block(times, image.name)):
+                        if chapter_readme not in written:
+                            written.append(chapter_readme)
         written += [page for page in render_measured_blocks(args.root, writer)
                     if page not in written]
     if args.check:
