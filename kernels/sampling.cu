@@ -189,15 +189,14 @@ void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_to
   launch_checks::require(stream_is_capturing(stream), "launch_argmax_step_in_graph_loop",
                          "the stream must be capturing the graph that owns loop_condition (a "
                          "condition set outside its graph is undefined behavior)");
-  launch_cursor_argmax_step<true>(logits, next_tokens, state, cursor, B, V, loop_condition,
-                                  stream);
+  launch_cursor_argmax_step<true>(logits, next_tokens, state, cursor, B, V, loop_condition, stream);
 }
 
 void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,
                               int B, int V, int max_steps, cudaStream_t stream) {
   constexpr const char* kName = "launch_store_step_logits";
-  launch_checks::require_not_null(kName, {{"logits", logits}, {"history", history},
-                                          {"cursor", cursor}});
+  launch_checks::require_not_null(kName,
+                                  {{"logits", logits}, {"history", history}, {"cursor", cursor}});
   launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
   const std::size_t count = static_cast<std::size_t>(B) * static_cast<std::size_t>(V);
   constexpr int kThreads = 256;

@@ -29,7 +29,7 @@ namespace {
 namespace reference = ladder::reference;
 
 constexpr const char* kRepeatedChapters[] = {"06_stream_interleaving", "07_cuda_graphs",
-                                              "08_device_loop"};
+                                             "08_device_loop"};
 constexpr int kRuns = 50;
 
 /// Runs `chapter` kRuns times in one process (no warm-up) with `arguments`, requires a
@@ -44,8 +44,7 @@ void check_repeated_runs_of(const char* chapter, const std::vector<std::string>&
   std::vector<std::string> full = arguments;
   full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
                            "--dump-tokens", tokens_path});
-  const ladder::testing::ProcessResult result =
-      ladder::testing::run_chapter_process(chapter, full);
+  const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(chapter, full);
   INFO(chapter << " printed: " << result.output);
   REQUIRE(result.exit_code == 0);
 
