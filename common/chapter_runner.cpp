@@ -294,6 +294,7 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
     std::fprintf(stderr, "note: no GPU activity trace (%s); its columns stay empty\n",
                  error.what());
     row.kernels_per_step = row.copies_per_step = row.gpu_idle_per_step = -1;
+    row.graph_launches_per_step = row.host_seconds_per_step = -1;
     row.gpu_idle_between_steps = -1;
     return;
   }

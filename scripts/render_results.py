@@ -314,6 +314,9 @@ def row_cells(report, size, comparisons, reference_name: str) -> dict:
         "alloc/step": optional(row.get("allocations_per_step"), 1),
         "syncs/step": optional(row.get("host_syncs_per_step"), 2),
         "kernels/step": optional(row.get("kernels_per_step"), 1),
+        "graphs/step": optional(row.get("graph_launches_per_step"), 2),
+        "host µs/step": optional(None if row.get("host_api_s_per_step") is None
+                                 else row["host_api_s_per_step"] * 1e6, 1),
         "idle µs/step": optional(None if idle is None else idle * 1e6, 1),
         "idle between steps µs": optional(None if gap is None else gap * 1e6, 1),
         "matmuls ms/step": optional(None if matmuls is None else matmuls * 1e3, 3),
@@ -344,7 +347,8 @@ def beside_previous_table(report, ladder, layout, columns: list) -> list:
     """This chapter's rows at the main batch with the previous chapter's (same size and
     precision) above each, in the chosen columns only."""
     comparisons = Comparisons(ladder)
-    known = column_names("01", True)
+    # The traced columns of the graph chapters may be picked too (runs before them lack them: "—").
+    known = column_names("01", True) + ["graphs/step", "host µs/step"]
     unknown = [name for name in columns if name not in known]
     if unknown:
         fail(f"beside-previous: unknown column(s) {', '.join(unknown)}; choose from "
