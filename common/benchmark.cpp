@@ -88,27 +88,28 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
   char line[640];
   const char* heading =
       "%5s %5s %5s | %8s %7s %8s %8s %8s | %7s %9s | %8s %7s | %10s %10s %5s | %6s %6s %7s %7s "
-      "%7s %7s | %s\n";
+      "%7s %7s %7s %7s | %s\n";
   std::snprintf(line, sizeof line, heading, "batch", "new", "steps", "mean s", "std s", "min s",
                 "max s", "median s", "ms/step", "tokens/s", "floor ms", "x floor", "peak alloc",
-                "peak resv", "frag", "alloc/", "syncs/", "kernel/", "copies/", "idle us", "gap us",
-                "tokens hash");
+                "peak resv", "frag", "alloc/", "syncs/", "kernel/", "graphs/", "copies/", "host us",
+                "idle us", "gap us", "tokens hash");
   out << line;
   std::snprintf(line, sizeof line, heading, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
-                "", "step", "step", "step", "step", "/step", "/step", "");
+                "", "step", "step", "step", "step", "step", "/step", "/step", "/step", "");
   out << line;
   for (const BenchmarkRow& row : rows) {
     std::snprintf(
         line, sizeof line,
         "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
-        "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s %7s | %s\n",
+        "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s %7s %7s %7s | %s\n",
         row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
         row.time.max, row.time.median, row.milliseconds_per_step(), row.tokens_per_second(),
         row.floor_seconds * 1e3, row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0,
         short_bytes(row.memory.peak_allocated_bytes).c_str(),
         short_bytes(row.memory.peak_reserved_bytes).c_str(), 100.0 * row.memory.fragmentation(),
         row.allocations_per_step, row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
-        traced(row.copies_per_step).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
+        traced(row.graph_launches_per_step).c_str(), traced(row.copies_per_step).c_str(),
+        traced(row.host_seconds_per_step * 1e6).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
         traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
     out << line;
   }
@@ -170,6 +171,8 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"allocations_per_step", row.allocations_per_step},
         {"host_syncs_per_step", row.host_syncs_per_step},
         {"kernels_per_step", traced_json(row.kernels_per_step)},
+        {"graph_launches_per_step", traced_json(row.graph_launches_per_step)},
+        {"host_api_s_per_step", traced_json(row.host_seconds_per_step)},
         {"copies_per_step", traced_json(row.copies_per_step)},
         {"gpu_idle_s_per_step", traced_json(row.gpu_idle_per_step)},
         {"gpu_idle_between_steps_s", traced_json(row.gpu_idle_between_steps)},

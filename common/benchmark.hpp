@@ -45,6 +45,10 @@ struct BenchmarkRow {
   double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
   double host_syncs_per_step = 0;
   double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
+  double graph_launches_per_step = 0;  ///< cudaGraphLaunch calls per step, same run
+  /// seconds per step the host spent inside CUDA calls that do not wait for the GPU
+  /// (enqueueing work), same run; tracing makes every call slower
+  double host_seconds_per_step = 0;
   double copies_per_step = 0;    ///< memcpy and memset operations per step, same run
   double gpu_idle_per_step = 0;  ///< seconds the GPU sat idle per step, same run
   /// seconds the GPU sat idle between the end of one step and the next one's first

@@ -306,6 +306,14 @@ void StatsTracker::reset_peaks() {
 
 // ---------------------------------------------------------------- out of memory
 
+void require_not_capturing(bool stream_capturing, const char* allocator, std::size_t asked_bytes) {
+  if (!stream_capturing) return;
+  throw std::logic_error(std::string(allocator) + ": asked for " +
+                         format_bytes(static_cast<double>(asked_bytes)) +
+                         " on a stream that is capturing a CUDA graph; the graph would replay "
+                         "this address forever, so allocate every buffer before the capture");
+}
+
 std::string out_of_memory_message(std::size_t asked_bytes, std::size_t rounded_bytes,
                                   const AllocatorStats& stats, const DeviceMemoryInfo& memory) {
   const auto bytes = [](std::size_t count) { return format_bytes(static_cast<double>(count)); };

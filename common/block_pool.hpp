@@ -221,4 +221,11 @@ DeviceMemoryInfo query_device_memory();
 std::string out_of_memory_message(std::size_t asked_bytes, std::size_t rounded_bytes,
                                   const AllocatorStats& stats, const DeviceMemoryInfo& memory);
 
+/// Throws std::logic_error, naming `allocator` and the request, when `stream_capturing`:
+/// the stream asked for is capturing a CUDA graph. A graph replays the addresses it was
+/// captured with, so a block handed out now would be written by every replay, long after
+/// its owner freed it and someone else got it back; and cudaMalloc is not allowed inside
+/// a capture at all. Every buffer a graph uses is allocated before its capture begins.
+void require_not_capturing(bool stream_capturing, const char* allocator, std::size_t asked_bytes);
+
 }  // namespace ladder

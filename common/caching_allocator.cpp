@@ -37,6 +37,8 @@ class CudaMallocSegmentSource final : public SegmentSource {
 
   DeviceMemoryInfo memory_info() override { return query_device_memory(); }
 
+  bool is_capturing(cudaStream_t stream) override { return ::ladder::stream_is_capturing(stream); }
+
  private:
   // cudaMalloc allocates on the current device; memory landing on another GPU than
   // the one whose blocks we cache would be a silent, hard-to-find bug.
@@ -80,6 +82,7 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::allocate(std::size_t bytes, cudaStream_t stream) {
+  require_not_capturing(source_->is_capturing(stream), "caching allocator", bytes);
   const std::size_t rounded_bytes = round_request(bytes);
   const PoolKind pool = pool_for(rounded_bytes);
   const Block* cached = blocks_.best_fit(pool, stream, rounded_bytes);

@@ -64,6 +64,9 @@ class SegmentSource {
   virtual void synchronize() = 0;
   /// For the out-of-memory message.
   virtual DeviceMemoryInfo memory_info() = 0;
+  /// Whether `stream` is capturing a CUDA graph: the allocator then refuses to
+  /// allocate (see require_not_capturing).
+  virtual bool is_capturing(cudaStream_t stream) = 0;
 };
 
 /// cudaMalloc and cudaFree on the device that is current when this is called.

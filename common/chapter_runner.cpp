@@ -70,6 +70,8 @@ void fill_traced_columns(const GpuActivitySummary& activity, const GenerationOut
   const double steps = std::max(traced.launched_steps(), 1);
   row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
   row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
+  row.graph_launches_per_step = static_cast<double>(activity.graph_launches) / steps;
+  row.host_seconds_per_step = activity.host_api_seconds / steps;
   row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
   row.gpu_idle_between_steps = activity.timeline.step_openings > 1
                                    ? activity.timeline.idle_between_steps_seconds /
@@ -212,6 +214,7 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
     std::fprintf(stderr, "note: no GPU activity trace (%s); its columns stay empty\n",
                  error.what());
     row.kernels_per_step = row.copies_per_step = row.gpu_idle_per_step = -1;
+    row.graph_launches_per_step = row.host_seconds_per_step = -1;
     row.gpu_idle_between_steps = -1;
     return;
   }

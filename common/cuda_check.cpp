@@ -71,6 +71,12 @@ void throw_driver_error(CUresult status, const char* call, const char* file, int
   throw CudaError(message);
 }
 
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 DeviceAvailability classify_device_count(cudaError_t status, int count, std::string* reason) {
   if (status == cudaSuccess && count > 0) return DeviceAvailability::usable;
   const bool absent =

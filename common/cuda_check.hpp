@@ -86,14 +86,30 @@ std::string format_bytes(double bytes);
       ::ladder::throw_driver_error(ladder_status_, #call, __FILE__, __LINE__);  \
   } while (0)
 
-/// After a kernel launch: catches launch-configuration errors always, and in debug
-/// builds (NDEBUG unset) also synchronizes so a fault is reported at its kernel.
-#ifdef NDEBUG
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+namespace ladder {
+
+/// True while `stream` is capturing a CUDA graph (or holds a capture that an illegal
+/// call invalidated): work enqueued on it now is recorded, not run.
+bool stream_is_capturing(cudaStream_t stream);
+
+/// What CUDA_CHECK_LAUNCH does after a kernel launch on `stream`. Launch-configuration
+/// errors are caught always (cudaGetLastError). Debug builds (NDEBUG unset) also wait
+/// for the stream, so a fault is reported at its kernel - except while the stream
+/// captures a graph: the kernel has not run yet, and a synchronization would invalidate
+/// the capture. Inline, so that NDEBUG is the including file's.
+inline void check_launch(cudaStream_t stream, const char* file, int line) {
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) throw_cuda_error(launched, "kernel launch", file, line);
+#ifndef NDEBUG
+  if (stream_is_capturing(stream)) return;
+  const cudaError_t ran = cudaStreamSynchronize(stream);
+  if (ran != cudaSuccess) throw_cuda_error(ran, "kernel run (debug synchronization)", file, line);
 #else
-#define CUDA_CHECK_LAUNCH()                 \
-  do {                                      \
-    CUDA_CHECK(cudaGetLastError());         \
-    CUDA_CHECK(cudaDeviceSynchronize());    \
-  } while (0)
+  static_cast<void>(stream);
 #endif
+}
+
+}  // namespace ladder
+
+/// After a kernel launch on `stream`: see ladder::check_launch.
+#define CUDA_CHECK_LAUNCH(stream) ::ladder::check_launch((stream), __FILE__, __LINE__)

@@ -96,6 +96,8 @@ class VirtualMemoryPageSource final : public PageSource {
 
   DeviceMemoryInfo memory_info() override { return query_device_memory(); }
 
+  bool is_capturing(cudaStream_t stream) override { return ::ladder::stream_is_capturing(stream); }
+
  private:
   // One handle per page, so any page can later be unmapped and released on its own.
   bool map_one_page(std::uintptr_t page_address) {
@@ -171,6 +173,7 @@ std::size_t ExpandableAllocator::segment_range_bytes(PoolKind pool,
 }
 
 void* ExpandableAllocator::allocate(std::size_t bytes, cudaStream_t stream) {
+  require_not_capturing(source_->is_capturing(stream), "expandable allocator", bytes);
   const std::size_t rounded_bytes = round_request(bytes);
   const PoolKind pool = pool_for(rounded_bytes);
   const Block* block = try_allocate(rounded_bytes, pool, stream);

@@ -76,6 +76,9 @@ class PageSource {
   virtual void synchronize() = 0;
   /// Free and total device memory; the total also bounds what can ever be mapped.
   virtual DeviceMemoryInfo memory_info() = 0;
+  /// Whether `stream` is capturing a CUDA graph: the allocator then refuses to
+  /// allocate (see require_not_capturing).
+  virtual bool is_capturing(cudaStream_t stream) = 0;
 };
 
 /// CUDA virtual memory management on the device current when this is called.

@@ -41,7 +41,7 @@ struct RecordSink {
   std::mutex mutex;
   std::string step_marker;
   std::vector<ActivityInterval> intervals;
-  std::uint64_t kernels = 0, copies = 0, memsets = 0;
+  std::uint64_t kernels = 0, copies = 0, memsets = 0, graph_launches = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
   std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
   bool active = false;
@@ -64,16 +64,26 @@ RecordSink& sink() {
   return instance;
 }
 
-/// Whether a runtime or driver call is one that waits for the GPU (a synchronization,
-/// or a memory copy, which may block), not one that only enqueues work.
-bool waits_for_the_gpu(CUpti_ActivityKind kind, CUpti_CallbackId id) {
+/// The name of a runtime or driver call, or empty when CUPTI does not know it.
+std::string api_call_name(CUpti_ActivityKind kind, CUpti_CallbackId id) {
   const char* name = nullptr;
   const CUpti_CallbackDomain domain = kind == CUPTI_ACTIVITY_KIND_RUNTIME
                                           ? CUPTI_CB_DOMAIN_RUNTIME_API
                                           : CUPTI_CB_DOMAIN_DRIVER_API;
-  if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return false;
-  const std::string text = name;
-  return text.find("Synchronize") != std::string::npos || text.find("Memcpy") != std::string::npos;
+  if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return "";
+  return name;
+}
+
+/// Whether a runtime call launches a CUDA graph (plain, or with per-thread default streams).
+bool is_graph_launch(CUpti_CallbackId id) {
+  return id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+         id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
+}
+
+/// Whether a call is one that waits for the GPU (a synchronization, or a memory copy,
+/// which may block), not one that only enqueues work.
+bool waits_for_the_gpu(const std::string& call) {
+  return call.find("Synchronize") != std::string::npos || call.find("Memcpy") != std::string::npos;
 }
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
@@ -116,8 +126,11 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
       case CUPTI_ACTIVITY_KIND_RUNTIME:
       case CUPTI_ACTIVITY_KIND_DRIVER: {
         const auto* call = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-        if (!waits_for_the_gpu(record->kind, call->cbid))
-          records.host_calls.emplace_back(call->start, call->end);
+        const std::string name = api_call_name(record->kind, call->cbid);
+        if (!waits_for_the_gpu(name)) records.host_calls.emplace_back(call->start, call->end);
+        // The runtime's cudaGraphLaunch calls the driver's cuGraphLaunch: count one.
+        if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME && is_graph_launch(call->cbid))
+          ++records.graph_launches;
         break;
       }
       default:
@@ -184,7 +197,7 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     records.step_marker = std::move(step_marker);
     records.intervals.clear();
     records.host_calls.clear();
-    records.kernels = records.copies = records.memsets = 0;
+    records.kernels = records.copies = records.memsets = records.graph_launches = 0;
     records.kernel_time.clear();
     records.active = true;
   }
@@ -220,6 +233,7 @@ GpuActivitySummary GpuActivityTrace::collect() {
   summary.kernels = records.kernels;
   summary.copies = records.copies;
   summary.memsets = records.memsets;
+  summary.graph_launches = records.graph_launches;
   for (const auto& [name, totals] : records.kernel_time)
     summary.kernel_times.push_back({name, totals.first, static_cast<double>(totals.second) * 1e-9});
   std::sort(summary.kernel_times.begin(), summary.kernel_times.end(),

@@ -245,7 +245,7 @@ void launch_causal_attention(const float* qkv, float* out, int B, int T, int H, 
                                       static_cast<int>(shared_bytes)));
     kernel<<<blocks, kCausalThreads, shared_bytes, stream>>>(qkv, out, T, H, C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_decode_attention(const float* q, int q_row_stride, const float* keys,
@@ -267,7 +267,7 @@ void launch_decode_attention(const float* q, int q_row_stride, const float* keys
         <<<blocks, kDecodeThreads, 0, stream>>>(q, q_row_stride, keys, values, out, L, capacity, H,
                                                 C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_grow_kv_cache(const float* qkv, const float* keys, const float* values, float* new_keys,
@@ -294,7 +294,7 @@ void launch_grow_kv_cache(const float* qkv, const float* keys, const float* valu
     grow_kv_cache_kernel<kWidth>
         <<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, new_keys, new_values, L, B, H, C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int first_position,
@@ -313,7 +313,7 @@ void launch_store_kv_sequence(const float* qkv, float* keys, float* values, int 
   const unsigned int blocks = launch_checks::grid_stride_blocks(elements, kStoreThreads);
   store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, /*cursor=*/nullptr,
                                                         first_position, T, capacity, B, H, C);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 // Declared in cache_attention.cuh with the other cursor-driven launchers; it is the
@@ -332,7 +332,7 @@ void launch_append_kv_at_cursor(const float* qkv, float* keys, float* values,
   store_kv_kernel<<<blocks, kStoreThreads, 0, stream>>>(qkv, keys, values, cursor,
                                                         /*first_position=*/0, /*T=*/1, capacity, B,
                                                         H, C);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder

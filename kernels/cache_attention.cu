@@ -288,7 +288,7 @@ void launch_static_cache_attention(const float* q, int q_row_stride, const float
         <<<blocks, kStaticThreads, 0, stream>>>(q, q_row_stride, keys, values, cursor, capacity,
                                                 out, H, C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capacity) {
@@ -331,7 +331,7 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
         <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, cursor, capacity, out,
                                              split_workspace, splits, H, C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder

@@ -93,7 +93,7 @@ void launch_add_bias(float* x, const float* bias, int rows, int columns, cudaStr
         launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
     add_bias_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(x, bias, rows, columns);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_gelu(const float* x, float* out, int rows, int columns, cudaStream_t stream) {
@@ -109,7 +109,7 @@ void launch_gelu(const float* x, float* out, int rows, int columns, cudaStream_t
         launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
     gelu_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(x, out, count);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_residual_add(float* residual, const float* x, int rows, int columns,
@@ -126,7 +126,7 @@ void launch_residual_add(float* residual, const float* x, int rows, int columns,
         launch_checks::grid_stride_blocks(count / kWidth, kElementwiseThreads);
     residual_add_kernel<kWidth><<<blocks, kElementwiseThreads, 0, stream>>>(residual, x, count);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder

@@ -66,7 +66,7 @@ void launch_embedding_kernel(const std::int32_t* tokens, const std::int32_t* pos
     embedding_kernel<kWidth><<<blocks, kEmbeddingThreads, 0, stream>>>(
         tokens, positions, cursor, first_position, tokens_per_row, wte, wpe, out, rows, C);
   });
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ void launch_row_kernel(float* residual, const float* x, const float* weight, con
   } else {
     launch(layernorm_row_kernel<1, 8, kAddResidual>);
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void check_layernorm_arguments(const char* launcher, const float* weight, const float* bias,

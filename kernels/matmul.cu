@@ -135,8 +135,20 @@ LtMatmul& LtMatmul::operator=(LtMatmul&& other) noexcept {
   return *this;
 }
 
-const LtMatmul::Plan& LtMatmul::plan_for(const PlanKey& key, const float* bias) {
+const LtMatmul::Plan& LtMatmul::plan_for(const PlanKey& key, const float* bias,
+                                          cudaStream_t stream) {
   if (const auto found = plans_.find(key); found != plans_.end()) return *found->second;
+  // A capture records only what reaches the stream; the heuristic query is host work
+  // that no replay repeats. Asked inside a capture it would still work, but the product
+  // would be frozen into a graph without ever having run plainly: refuse, so that every
+  // capture follows an uncaptured run of the same work (which chose the algorithms,
+  // loaded the kernels, and gave the result every replay must equal).
+  if (stream_is_capturing(stream))
+    throw CudaError("LtMatmul: no plan yet for rows = " + std::to_string(key.rows) +
+                    ", in = " + std::to_string(key.inner) + ", out = " +
+                    std::to_string(key.outer) + " (epilogue " + epilogue_name(key.epilogue) +
+                    ") while the stream captures a CUDA graph; run the product once before "
+                    "the capture so that cuBLASLt chooses its algorithm outside it");
 
   auto plan = std::make_unique<Plan>();
   const cublasComputeType_t compute =
@@ -211,7 +223,7 @@ void LtMatmul::run(const char* caller, const float* input, const float* weight, 
                     alignment_of(input),
                     epilogue == LinearEpilogue::kNone ? 256 : alignment_of(bias),
                     alignment_of(out)};
-  const Plan& plan = plan_for(key, bias);
+  const Plan& plan = plan_for(key, bias, stream);
   // The descriptor is cached; only the bias pointer changes from call to call.
   if (epilogue != LinearEpilogue::kNone)
     set_attribute(plan.matmul.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);

@@ -74,6 +74,9 @@ enum class SplitKReduction {
 /// the alignment of each pointer) - builds its descriptors and asks the heuristic once;
 /// later products of that shape reuse them, so a decode loop queries nothing after
 /// its first step. One algorithm per shape also keeps results bitwise reproducible.
+/// On a stream that is capturing a CUDA graph a missing plan is an error (CudaError):
+/// the heuristic is asked before the capture, by running each product once uncaptured,
+/// so that the capture records only cublasLtMatmul's kernels.
 ///
 /// Workspace: caller-owned, 256-byte aligned, used by every product (split-K kernels
 /// keep their partial sums there). Two products running at once on one workspace
@@ -139,7 +142,7 @@ class LtMatmul {
   };
   struct Plan;  // descriptors and the chosen algorithm (matmul.cu)
 
-  const Plan& plan_for(const PlanKey& key, const float* bias);
+  const Plan& plan_for(const PlanKey& key, const float* bias, cudaStream_t stream);
   void run(const char* caller, const float* input, const float* weight, const float* bias,
            float* out, int rows, int inner, int outer, bool transposed_weight,
            LinearEpilogue epilogue, cudaStream_t stream);

@@ -91,12 +91,17 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per lane of one warp");
 
 // Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0; then, for
-//         a device cursor, cursor->step += 1 and cursor->position += 1.
+//         a device cursor, cursor->step += 1 and cursor->position += 1. With
+//         kSetsLoopCondition, the condition of the graph loop this runs in becomes
+//         "another step": 1 if some row is unfinished and cursor->step < max_steps.
 // Shapes: finished [B]; all_finished [1].
 // Grid:   one block; thread i checks rows i, i + kAllFinishedThreads, ... and
-//         __syncthreads_and combines the answers.
+//         __syncthreads_and combines the answers; thread 0 alone writes (two threads
+//         setting one condition would race).
+template <bool kSetsLoopCondition>
 __global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* all_finished, int B,
-                                    DecodePosition* cursor, int max_steps) {
+                                    DecodePosition* cursor, int max_steps,
+                                    cudaGraphConditionalHandle loop_condition) {
   bool mine = true;
   for (int b = threadIdx.x; b < B; b += kAllFinishedThreads) mine = mine && finished[b] != 0;
   const int every_row = __syncthreads_and(mine);
@@ -106,6 +111,24 @@ __global__ void all_finished_kernel(const std::int32_t* finished, std::int32_t* 
     cursor->step += 1;
     cursor->position += 1;
   }
+  if constexpr (kSetsLoopCondition) {
+    const bool another_step = every_row == 0 && cursor->step < max_steps;
+    cudaGraphSetConditional(loop_condition, another_step ? 1u : 0u);
+  }
+}
+
+// Math:   history[cursor->step, i] = logits[i] for i < count, if cursor->step < max_steps.
+// Shapes: logits [count] (count = B V); history [max_steps, count].
+// Grid:   grid-stride over the count elements.
+__global__ void store_step_logits_kernel(const float* logits, float* history,
+                                         const DecodePosition* cursor, std::size_t count,
+                                         int max_steps) {
+  const int step = cursor->step;
+  if (step < 0 || step >= max_steps) return;
+  float* slot = history + static_cast<std::size_t>(step) * count;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    slot[i] = logits[i];
 }
 
 void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
@@ -117,6 +140,23 @@ void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
                                           {"all_finished", state.all_finished},
                                           {"output_tokens", state.output_tokens}});
   launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", state.max_steps}});
+}
+
+/// The argmax step with the step read from `cursor`, which the second kernel advances;
+/// with kSetsLoopCondition that kernel also sets `loop_condition`.
+template <bool kSetsLoopCondition>
+void launch_cursor_argmax_step(const float* logits, std::int32_t* next_tokens,
+                               const GreedyState& state, DecodePosition* cursor, int B, int V,
+                               cudaGraphConditionalHandle loop_condition, cudaStream_t stream) {
+  check_argmax_step_arguments(logits, next_tokens, state, B, V);
+  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
+  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
+      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, 0, cursor,
+      state.max_steps, state.eos_id);
+  CUDA_CHECK_LAUNCH(stream);
+  all_finished_kernel<kSetsLoopCondition><<<1, kAllFinishedThreads, 0, stream>>>(
+      state.finished, state.all_finished, B, cursor, state.max_steps, loop_condition);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace
@@ -131,23 +171,39 @@ void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const Gr
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
       logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, step,
       nullptr, state.max_steps, state.eos_id);
-  CUDA_CHECK_LAUNCH();
-  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(state.finished, state.all_finished, B,
-                                                             nullptr, state.max_steps);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
+  all_finished_kernel<false><<<1, kAllFinishedThreads, 0, stream>>>(
+      state.finished, state.all_finished, B, nullptr, state.max_steps, 0);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
                         DecodePosition* cursor, int B, int V, cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, state, B, V);
-  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
-  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, 0, cursor,
-      state.max_steps, state.eos_id);
-  CUDA_CHECK_LAUNCH();
-  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(state.finished, state.all_finished, B,
-                                                             cursor, state.max_steps);
-  CUDA_CHECK_LAUNCH();
+  launch_cursor_argmax_step<false>(logits, next_tokens, state, cursor, B, V, 0, stream);
+}
+
+void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_tokens,
+                                      const GreedyState& state, DecodePosition* cursor, int B,
+                                      int V, cudaGraphConditionalHandle loop_condition,
+                                      cudaStream_t stream) {
+  launch_checks::require(stream_is_capturing(stream), "launch_argmax_step_in_graph_loop",
+                         "the stream must be capturing the graph that owns loop_condition (a "
+                         "condition set outside its graph is undefined behavior)");
+  launch_cursor_argmax_step<true>(logits, next_tokens, state, cursor, B, V, loop_condition,
+                                  stream);
+}
+
+void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,
+                              int B, int V, int max_steps, cudaStream_t stream) {
+  constexpr const char* kName = "launch_store_step_logits";
+  launch_checks::require_not_null(kName, {{"logits", logits}, {"history", history},
+                                          {"cursor", cursor}});
+  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", max_steps}});
+  const std::size_t count = static_cast<std::size_t>(B) * static_cast<std::size_t>(V);
+  constexpr int kThreads = 256;
+  store_step_logits_kernel<<<launch_checks::grid_stride_blocks(count, kThreads), kThreads, 0,
+                             stream>>>(logits, history, cursor, count, max_steps);
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder

@@ -49,4 +49,22 @@ void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const Gr
 void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
                         DecodePosition* cursor, int B, int V, cudaStream_t stream);
 
+/// The device-cursor step as the body of a graph's WHILE loop: the same two kernels,
+/// and the second one then sets the loop's condition (cudaGraphSetConditional on
+/// `loop_condition`) to 1 when another step is to run - some row is unfinished and
+/// cursor->step, already advanced, is below max_steps - and to 0 otherwise. Only while
+/// `stream` captures the graph that owns the handle (std::invalid_argument otherwise):
+/// setting a condition outside its graph is undefined behavior.
+void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_tokens,
+                                      const GreedyState& state, DecodePosition* cursor, int B,
+                                      int V, cudaGraphConditionalHandle loop_condition,
+                                      cudaStream_t stream);
+
+/// history[s] = logits for the step s = cursor->step (nothing when s >= max_steps), one
+/// kernel: a loop that runs on the GPU keeps every step's logits [B, V] this way, in
+/// history [max_steps, B, V], for the tests to read once it has finished (a copy node
+/// could not follow the step, whose index lives on the device).
+void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,
+                              int B, int V, int max_steps, cudaStream_t stream);
+
 }  // namespace ladder

@@ -61,6 +61,7 @@ struct FakeDevice {
   std::map<std::uintptr_t, std::size_t> segments;  // caching: address -> bytes
   std::map<std::uintptr_t, std::size_t> ranges;    // expandable: address -> bytes
   std::set<std::uintptr_t> mapped_pages;           // expandable: page addresses
+  std::set<cudaStream_t> capturing_streams;        // streams capturing a CUDA graph
 
   // Decides whether a request for `bytes` of memory succeeds, as a driver would.
   bool grant(std::size_t bytes) {
@@ -106,6 +107,9 @@ class FakeSegmentSource final : public SegmentSource {
   }
   void synchronize() override { device_.record_synchronization(); }
   DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
+  bool is_capturing(cudaStream_t stream) override {
+    return device_.capturing_streams.count(stream) != 0;
+  }
 
  private:
   FakeDevice& device_;
@@ -153,6 +157,9 @@ class FakePageSource final : public PageSource {
   }
   void synchronize() override { device_.record_synchronization(); }
   DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
+  bool is_capturing(cudaStream_t stream) override {
+    return device_.capturing_streams.count(stream) != 0;
+  }
 
  private:
   bool inside_a_range(std::uintptr_t page_address) const {
@@ -706,6 +713,35 @@ TEST_CASE_METHOD(ExpandableOnFakeDevice,
   CHECK(device.mapped_pages.empty());
   CHECK(device.ranges.empty());
   CHECK(device.held_bytes == 0);
+}
+
+// ================================================================ both, while a graph is captured
+
+TEMPLATE_TEST_CASE("an allocation on a stream that captures a CUDA graph is refused",
+                   "[allocator]", CachingAllocator, ExpandableAllocator) {
+  FakeDevice device;
+  std::unique_ptr<TestType> allocator = make_fake_allocator<TestType>(device);
+  const cudaStream_t capturing = fake_stream(1);
+  const cudaStream_t other = fake_stream(2);
+  void* before = allocator->allocate(4 * kibibytes, capturing);  // before the capture: fine
+  device.capturing_streams.insert(capturing);
+
+  // A cached block would fit, and the device has room: refused all the same, with the
+  // request and the reason in the message, and nothing changes hands.
+  allocator->deallocate(before);
+  const AllocatorStats unchanged = allocator->stats();
+  CHECK_THROWS_WITH(allocator->allocate(4 * kibibytes, capturing),
+                    Contains("4.00 KiB") && Contains("capturing a CUDA graph"));
+  CHECK(allocator->stats().allocations == unchanged.allocations);
+  CHECK(allocator->stats().allocated_bytes == 0);
+
+  // Another stream is not capturing, and a finished capture lifts the refusal.
+  void* elsewhere = allocator->allocate(4 * kibibytes, other);
+  device.capturing_streams.clear();
+  void* after = allocator->allocate(4 * kibibytes, capturing);
+  allocator->deallocate(elsewhere);
+  allocator->deallocate(after);
+  CHECK(allocator->stats().allocated_bytes == 0);
 }
 
 // ================================================================ both, under load

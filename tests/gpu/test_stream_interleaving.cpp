@@ -1,10 +1,13 @@
-// tests/gpu/test_stream_interleaving.cpp - chapter 06, run again and again: a race shows
-// as a moving result.
+// tests/gpu/test_stream_interleaving.cpp - chapters 06, 07 and 08, run again and again: a
+// race shows as a moving result.
 //
 // Chapter 06 enqueues step i on one stream while the host checks step i - 1's flag, and
 // both streams share every buffer; only the events between the steps keep them in
 // order. A missing or misplaced wait would make the output change from run to run, or
-// let the speculative step after an early stop leak into it. One process with --runs 50
+// let the speculative step after an early stop leak into it. Chapter 07 replays those
+// steps from graphs captured once, one per stream, and chapter 08 the whole generation
+// from one graph whose loop the GPU runs: a graph replayed with stale state, or a loop
+// condition set at the wrong time, would show the same way. One process with --runs 50
 // generates 50 times: the chapter runner itself fails the process ("a race?") when any
 // run's tokens differ from the first run's, and the tokens it dumps must equal the CPU
 // reference's, stop step included. Run: gpu_tests "[chapters]"
@@ -25,15 +28,16 @@ namespace {
 
 namespace reference = ladder::reference;
 
-constexpr const char* kChapter = "06_stream_interleaving";
+constexpr const char* kRepeatedChapters[] = {"06_stream_interleaving", "07_cuda_graphs",
+                                              "08_device_loop"};
 constexpr int kRuns = 50;
 
-/// Runs chapter 06 kRuns times in one process (no warm-up) with `arguments`, requires a
+/// Runs `chapter` kRuns times in one process (no warm-up) with `arguments`, requires a
 /// clean exit, and checks the last run's tokens and stop step against `expected`.
-void check_repeated_runs(const std::vector<std::string>& arguments,
-                         const reference::Generation& expected, int vocab_size) {
+void check_repeated_runs_of(const char* chapter, const std::vector<std::string>& arguments,
+                            const reference::Generation& expected, int vocab_size) {
   const std::vector<std::string> chapters = ladder::testing::chapter_names();
-  REQUIRE(std::find(chapters.begin(), chapters.end(), kChapter) != chapters.end());
+  REQUIRE(std::find(chapters.begin(), chapters.end(), chapter) != chapters.end());
 
   const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat");
   const std::string tokens_path = directory + "/tokens.txt";
@@ -41,8 +45,8 @@ void check_repeated_runs(const std::vector<std::string>& arguments,
   full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
                            "--dump-tokens", tokens_path});
   const ladder::testing::ProcessResult result =
-      ladder::testing::run_chapter_process(kChapter, full);
-  INFO(kChapter << " printed: " << result.output);
+      ladder::testing::run_chapter_process(chapter, full);
+  INFO(chapter << " printed: " << result.output);
   REQUIRE(result.exit_code == 0);
 
   const auto rows = ladder::read_token_rows(tokens_path, vocab_size);
@@ -53,9 +57,20 @@ void check_repeated_runs(const std::vector<std::string>& arguments,
   CHECK(tokens == expected.tokens);
 }
 
+/// Runs each of kRepeatedChapters kRuns times in one process (no warm-up) with
+/// `arguments`, requires a clean exit, and checks the last run's tokens and stop step
+/// against `expected`.
+void check_repeated_runs(const std::vector<std::string>& arguments,
+                         const reference::Generation& expected, int vocab_size) {
+  for (const char* chapter : kRepeatedChapters) {
+    INFO("chapter " << chapter);
+    check_repeated_runs_of(chapter, arguments, expected, vocab_size);
+  }
+}
+
 }  // namespace
 
-TEST_CASE("chapter 06 gives the reference's tokens on every one of 50 runs (random prompts)",
+TEST_CASE("chapters 06-08 give the reference's tokens on every one of 50 runs (random prompts)",
           "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
   const int eos = weights.config.eos_token_id;
@@ -75,7 +90,8 @@ TEST_CASE("chapter 06 gives the reference's tokens on every one of 50 runs (rand
       expected, weights.config.vocab_size);
 }
 
-TEST_CASE("chapter 06 stops early at the reference's step on every one of 50 runs", "[chapters]") {
+TEST_CASE("chapters 06-08 stop early at the reference's step on every one of 50 runs",
+          "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
   const nlohmann::json golden = ladder::testing::load_golden_json("greedy_eos.json");
   const auto prompt_rows = golden.at("prompts").get<ladder::testing::TokenRows>();
