@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "common/cuda_check.hpp"
+#include "kernels/argmax_order.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -22,32 +23,6 @@ namespace {
 constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxWarps = kArgmaxThreads / kWarpSize;
 constexpr int kAllFinishedThreads = 256;
-
-/// A candidate for the argmax; index INT_MAX with value -inf stands for "no element",
-/// which loses to every real element (a real -inf wins it by its smaller index).
-struct Candidate {
-  float value;
-  int index;
-};
-
-/// True when `a` should be the argmax rather than `b`.
-__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
-  const bool a_nan = isnan(a.value);
-  const bool b_nan = isnan(b.value);
-  if (a_nan != b_nan) return a_nan;
-  if (a_nan || a.value == b.value) return a.index < b.index;
-  return a.value > b.value;
-}
-
-__device__ __forceinline__ Candidate warp_argmax(Candidate candidate) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    const Candidate other{__shfl_xor_sync(kFullWarpMask, candidate.value, offset),
-                          __shfl_xor_sync(kFullWarpMask, candidate.index, offset)};
-    if (beats(other, candidate)) candidate = other;
-  }
-  return candidate;
-}
 
 // Math:   token = argmax_v logits[b, v] (order: see beats()); next_tokens[b] = token;
 //         output_tokens[b * max_steps + step] = token;
@@ -69,7 +44,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   const int lane = threadIdx.x % kWarpSize;
   const float* row = logits + static_cast<std::size_t>(b) * V;
 
-  Candidate best{-INFINITY, INT_MAX};
+  Candidate best = no_candidate();
   for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
     const Candidate current{row[v], v};
     if (beats(current, best)) best = current;
