@@ -36,17 +36,18 @@ constexpr int kXStride = kChunkRows + 4;          // floats between two x rows i
 constexpr int kTileStride = kTileColumns + 4;     // floats between two rows of a summed tile
 /// Blocks the plan aims for per multiprocessor (two fit: registers and shared memory).
 constexpr int kTargetBlocksPerMultiprocessor = 2;
+constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
 
 /// Everything a decode-matmul kernel reads, by value (one struct, not 18 arguments).
 struct DecodeMatmulArguments {
-  const float* x;             ///< [B, K]
-  const float* weight;        ///< packed [T][padded_rows][64]
-  const float* bias;          ///< [N] or null
-  float* out;                 ///< [B, N] or null (LM head without logits)
-  float* candidate_values;    ///< [B, T] or null
+  const float* x;                   ///< [B, K]
+  const float* weight;              ///< packed [T][padded_rows][64]
+  const float* bias;                ///< [N] or null
+  float* out;                       ///< [B, N] or null (LM head without logits)
+  float* candidate_values;          ///< [B, T] or null
   std::int32_t* candidate_indices;  ///< [B, T] or null
-  float* partials;            ///< [S][T][B][64] when S > 1
-  unsigned int* tile_counters;  ///< [T] when S > 1, zero between launches
+  float* partials;                  ///< [S][T][B][64] when S > 1
+  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
   int B;
   int K;
   int N;
@@ -80,11 +81,13 @@ struct FmaTiling {
 constexpr int kTf32ColumnGroups = kTileColumns / 16;
 constexpr int kTf32KGroups = kWarps / kTf32ColumnGroups;
 
-__host__ __device__ constexpr int stage_floats(int rows) { return kChunkRows * kWeightStride + rows * kXStride; }
+__host__ __device__ constexpr int stage_floats(int rows) {
+  return kChunkRows * kWeightStride + rows * kXStride;
+}
 
 __host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) {
   return precision == DecodePrecision::kTf32 ? kTf32KGroups
-                                              : kWarps / (rows / (2 * (rows >= 16 ? 8 : 4)));
+                                             : kWarps / (rows / (2 * (rows >= 16 ? 8 : 4)));
 }
 
 /// Dynamic shared memory of a block: the pipeline, or the tail's tiles if larger.
@@ -105,12 +108,11 @@ int row_tile_for(int B, DecodePrecision precision) {
 
 /// Copies 16 bytes global -> shared without holding a register (cp.async.cg: through
 /// L2 only, the weight is read once); with fill false the 16 bytes are zeros.
-__device__ __forceinline__ void copy_16_bytes_async(float* shared, const float* global,
-                                                    bool fill) {
+__device__ __forceinline__ void copy_16_bytes_async(float* shared, const float* global, bool fill) {
   const unsigned int destination = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
   const int source_bytes = fill ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination),
-               "l"(global), "r"(source_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+               "r"(source_bytes)
                : "memory");
 }
 
@@ -154,7 +156,8 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
     const float* source = tile_weight + static_cast<std::size_t>(k0) * kTileColumns;
     constexpr int kPiecesPerRow = kTileColumns / 4;
     constexpr int kPiecesPerThread = kChunkRows * kPiecesPerRow / kThreads;
-    static_assert(kPiecesPerThread * kThreads == kChunkRows * kPiecesPerRow, "W pieces split evenly");
+    static_assert(kPiecesPerThread * kThreads == kChunkRows * kPiecesPerRow,
+                  "W pieces split evenly");
 #pragma unroll
     for (int i = 0; i < kPiecesPerThread; ++i) {
       const int p = static_cast<int>(threadIdx.x) + i * kThreads;
@@ -212,7 +215,8 @@ __device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
     const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
     float4 sum = *reinterpret_cast<const float4*>(shared + offset);
     for (int g = 1; g < groups; ++g) {
-      const float4 more = *reinterpret_cast<const float4*>(shared + g * kRows * kTileStride + offset);
+      const float4 more =
+          *reinterpret_cast<const float4*>(shared + g * kRows * kTileStride + offset);
       sum.x += more.x;
       sum.y += more.y;
       sum.z += more.z;
@@ -350,30 +354,30 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
 
   float sums[kThreadRows][4] = {};
   const ChunkRange range = chunk_range(a, split);
-  stream_chunks<kRows, kXVector>(a, tile, range.first, range.count, shared,
-                                 [&](const float* w, const float* xs) {
-    constexpr int kSteps = kChunkRows / 4 / Tiling::kKGroups;
+  stream_chunks<kRows, kXVector>(
+      a, tile, range.first, range.count, shared, [&](const float* w, const float* xs) {
+        constexpr int kSteps = kChunkRows / 4 / Tiling::kKGroups;
 #pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const int k = 4 * (k_group + i * Tiling::kKGroups);
-      float4 weights[4];
+        for (int step = 0; step < kSteps; ++step) {
+          const int k = 4 * (k_group + step * Tiling::kKGroups);
+          float4 weights[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        weights[i] = *reinterpret_cast<const float4*>(w + (k + i) * kWeightStride + column);
+          for (int i = 0; i < 4; ++i)
+            weights[i] = *reinterpret_cast<const float4*>(w + (k + i) * kWeightStride + column);
 #pragma unroll
-      for (int r = 0; r < kThreadRows; ++r) {
-        const float4 xv = *reinterpret_cast<const float4*>(xs + (first_row + r) * kXStride + k);
-        const float x_k[4] = {xv.x, xv.y, xv.z, xv.w};
+          for (int r = 0; r < kThreadRows; ++r) {
+            const float4 xv = *reinterpret_cast<const float4*>(xs + (first_row + r) * kXStride + k);
+            const float x_k[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sums[r][0] = fmaf(x_k[i], weights[i].x, sums[r][0]);
-          sums[r][1] = fmaf(x_k[i], weights[i].y, sums[r][1]);
-          sums[r][2] = fmaf(x_k[i], weights[i].z, sums[r][2]);
-          sums[r][3] = fmaf(x_k[i], weights[i].w, sums[r][3]);
+            for (int i = 0; i < 4; ++i) {
+              sums[r][0] = fmaf(x_k[i], weights[i].x, sums[r][0]);
+              sums[r][1] = fmaf(x_k[i], weights[i].y, sums[r][1]);
+              sums[r][2] = fmaf(x_k[i], weights[i].z, sums[r][2]);
+              sums[r][3] = fmaf(x_k[i], weights[i].w, sums[r][3]);
+            }
+          }
         }
-      }
-    }
-  });
+      });
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -428,30 +432,30 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
 
   float sums[kMTiles][2][4] = {};
   const ChunkRange range = chunk_range(a, split);
-  stream_chunks<kRows, kXVector>(a, tile, range.first, range.count, shared,
-                                 [&](const float* w, const float* xs) {
-    constexpr int kSteps = kChunkRows / 8 / kTf32KGroups;
+  stream_chunks<kRows, kXVector>(
+      a, tile, range.first, range.count, shared, [&](const float* w, const float* xs) {
+        constexpr int kSteps = kChunkRows / 8 / kTf32KGroups;
 #pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const int k = 8 * (k_group + i * kTf32KGroups);
-      std::uint32_t b[2][2];
+        for (int step = 0; step < kSteps; ++step) {
+          const int k = 8 * (k_group + step * kTf32KGroups);
+          std::uint32_t b[2][2];
 #pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) {
-        const int n = 16 * column_group + 8 * n8 + g;
-        b[n8][0] = to_tf32(w[(k + t) * kWeightStride + n]);
-        b[n8][1] = to_tf32(w[(k + t + 4) * kWeightStride + n]);
-      }
+          for (int n8 = 0; n8 < 2; ++n8) {
+            const int n = 16 * column_group + 8 * n8 + g;
+            b[n8][0] = to_tf32(w[(k + t) * kWeightStride + n]);
+            b[n8][1] = to_tf32(w[(k + t + 4) * kWeightStride + n]);
+          }
 #pragma unroll
-      for (int m16 = 0; m16 < kMTiles; ++m16) {
-        const float* x_rows = xs + (16 * m16 + g) * kXStride + k + t;
-        const std::uint32_t a_fragment[4] = {to_tf32(x_rows[0]), to_tf32(x_rows[8 * kXStride]),
-                                             to_tf32(x_rows[4]),
-                                             to_tf32(x_rows[8 * kXStride + 4])};
-        mma_tf32(sums[m16][0], a_fragment, b[0]);
-        mma_tf32(sums[m16][1], a_fragment, b[1]);
-      }
-    }
-  });
+          for (int m16 = 0; m16 < kMTiles; ++m16) {
+            const float* x_rows = xs + (16 * m16 + g) * kXStride + k + t;
+            const std::uint32_t a_fragment[4] = {to_tf32(x_rows[0]), to_tf32(x_rows[8 * kXStride]),
+                                                 to_tf32(x_rows[4]),
+                                                 to_tf32(x_rows[8 * kXStride + 4])};
+            mma_tf32(sums[m16][0], a_fragment, b[0]);
+            mma_tf32(sums[m16][1], a_fragment, b[1]);
+          }
+        }
+      });
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -478,11 +482,14 @@ KernelPointer kernel_for(int rows, DecodePrecision precision, bool x_vector) {
   if (precision == DecodePrecision::kTf32) {
     switch (rows) {
       case 16:
-        return x_vector ? decode_matmul_tf32_kernel<16, true> : decode_matmul_tf32_kernel<16, false>;
+        return x_vector ? decode_matmul_tf32_kernel<16, true>
+                        : decode_matmul_tf32_kernel<16, false>;
       case 32:
-        return x_vector ? decode_matmul_tf32_kernel<32, true> : decode_matmul_tf32_kernel<32, false>;
+        return x_vector ? decode_matmul_tf32_kernel<32, true>
+                        : decode_matmul_tf32_kernel<32, false>;
       default:
-        return x_vector ? decode_matmul_tf32_kernel<64, true> : decode_matmul_tf32_kernel<64, false>;
+        return x_vector ? decode_matmul_tf32_kernel<64, true>
+                        : decode_matmul_tf32_kernel<64, false>;
     }
   }
   switch (rows) {
@@ -502,10 +509,10 @@ struct KernelVariant {
   int rows;
   DecodePrecision precision;
 };
-constexpr KernelVariant kVariants[] = {
-    {8, DecodePrecision::kFp32},  {16, DecodePrecision::kFp32}, {32, DecodePrecision::kFp32},
-    {64, DecodePrecision::kFp32}, {16, DecodePrecision::kTf32}, {32, DecodePrecision::kTf32},
-    {64, DecodePrecision::kTf32}};
+constexpr KernelVariant kVariants[] = {{8, DecodePrecision::kFp32},  {16, DecodePrecision::kFp32},
+                                       {32, DecodePrecision::kFp32}, {64, DecodePrecision::kFp32},
+                                       {16, DecodePrecision::kTf32}, {32, DecodePrecision::kTf32},
+                                       {64, DecodePrecision::kTf32}};
 
 /// The most partial floats and counters any plan can ask for (decode_matmul.cuh): a
 /// split plan has T < target blocks and T S < 2 target.
@@ -528,8 +535,9 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   launch_checks::require(launch_checks::is_16_byte_aligned(p.weight), launcher,
                          "the packed weight must be 16-byte aligned");
-  const DecodeMatmulPlan plan =
-      plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
+  launch_checks::require(DecodeWeightLayout::of(K, N).column_tiles <= kMaxGridY, launcher,
+                         "N must be at most 65535 * 64 (one block row per column tile)");
+  const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
   if (plan.splits > 1) {
     launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
                                plan.column_tiles <= workspace.tile_counter_count(),
@@ -554,17 +562,16 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
   arguments.splits = plan.splits;
   arguments.chunks_per_split = plan.chunks_per_split;
   arguments.epilogue = epilogue;
-  arguments.out_pairs = p.out != nullptr && N % 2 == 0 &&
-                        reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0;
+  arguments.out_pairs =
+      p.out != nullptr && N % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0;
   const bool x_vector = K % 4 == 0 && launch_checks::is_16_byte_aligned(p.x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
   void* parameters[] = {&arguments};
-  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(
-                                  kernel_for(plan.row_tile, precision, x_vector)),
-                              grid, dim3(kThreads), parameters,
-                              static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)),
-                              stream));
+  CUDA_CHECK(cudaLaunchKernel(
+      reinterpret_cast<const void*>(kernel_for(plan.row_tile, precision, x_vector)), grid,
+      dim3(kThreads), parameters, static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)),
+      stream));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -573,8 +580,8 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision) {
   constexpr const char* kName = "plan_decode_matmul";
-  launch_checks::require_positive(kName, {{"B", B}, {"K", K}, {"N", N},
-                                          {"multiprocessors", multiprocessors}});
+  launch_checks::require_positive(
+      kName, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
   if (B > kDecodeMaxRows)
     launch_checks::fail(kName, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
                                    std::to_string(B) + ")");
@@ -588,9 +595,9 @@ DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
   const int splits = std::clamp(wanted, 1, plan.chunks);
   plan.chunks_per_split = (plan.chunks + splits - 1) / splits;
   plan.splits = (plan.chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
-  plan.partial_floats = plan.splits > 1 ? static_cast<std::size_t>(plan.splits) *
-                                              plan.column_tiles * B * kTileColumns
-                                        : 0;
+  plan.partial_floats =
+      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
+                      : 0;
   return plan;
 }
 
@@ -601,8 +608,8 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
   partial_floats_ = max_partial_floats(multiprocessors_);
   tile_counter_count_ = kTargetBlocksPerMultiprocessor * multiprocessors_;
   CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));
-  const cudaError_t counters_status =
-      cudaMalloc(&tile_counters_, static_cast<std::size_t>(tile_counter_count_) * sizeof(unsigned int));
+  const cudaError_t counters_status = cudaMalloc(
+      &tile_counters_, static_cast<std::size_t>(tile_counter_count_) * sizeof(unsigned int));
   if (counters_status != cudaSuccess) {
     cudaFree(partials_);
     CUDA_CHECK(counters_status);
@@ -634,7 +641,8 @@ void launch_decode_matmul(const float* x, const float* packed_weight, const floa
                           int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
                           DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_matmul";
-  launch_checks::require_not_null(kName, {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
+  launch_checks::require_not_null(kName,
+                                  {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
   if (epilogue == DecodeEpilogue::kNone) {
     launch_checks::require(bias == nullptr, kName,
                            "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");

@@ -31,7 +31,7 @@ struct Shape {
   int N;
 };
 // Exact tiles, one row or column, one past and one short of a tile, GPT-2 small's shapes.
-const Shape kShapes[] = {{1, 1},    {32, 64},   {31, 63},   {33, 65},    {100, 97},
+const Shape kShapes[] = {{1, 1},    {32, 64},   {31, 63},    {33, 65},    {100, 97},
                          {64, 100}, {768, 768}, {768, 2304}, {3072, 768}, {7, 300}};
 
 TEST_CASE("decode weight layout: sizes and positions", "[decode_matmul]") {
@@ -41,7 +41,7 @@ TEST_CASE("decode weight layout: sizes and positions", "[decode_matmul]") {
   CHECK(layout.packed_floats() == std::size_t{2} * 128 * 64);
   CHECK(layout.packed_index(0, 0) == 0);
   CHECK(layout.packed_index(0, 63) == 63);
-  CHECK(layout.packed_index(1, 0) == 64);                     // the next row of tile 0
+  CHECK(layout.packed_index(1, 0) == 64);                      // the next row of tile 0
   CHECK(layout.packed_index(0, 64) == std::size_t{128} * 64);  // tile 1 after all of tile 0
   CHECK(layout.packed_index(99, 96) == (std::size_t{128} + 99) * 64 + 32);
   CHECK(DecodeWeightLayout::of(768, 50257).column_tiles == 786);
@@ -133,8 +133,8 @@ TEST_CASE("a product read from the packed weight in the kernel's order is refere
     std::vector<float> expected(from_packed.size());
     ladder::reference::linear(x.data(), weight.data(), nullptr, expected.data(), B, shape.K,
                               shape.N);
-    CHECK(ladder::reference::relative_error(from_packed.data(), expected.data(),
-                                            expected.size()) <= 1e-12);
+    CHECK(ladder::reference::relative_error(from_packed.data(), expected.data(), expected.size()) <=
+          1e-12);
   }
 }
 
