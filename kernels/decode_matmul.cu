@@ -106,23 +106,23 @@ int row_tile_for(int B, DecodePrecision precision) {
 
 // ---------------------------------------------------------------- cp.async
 
-/// Copies 16 bytes global -> shared without holding a register (cp.async.cg: through
-/// L2 only, the weight is read once); with fill false the 16 bytes are zeros.
-__device__ __forceinline__ void copy_16_bytes_async(float* shared, const float* global, bool fill) {
+/// Copies kBytes global -> shared without holding a register; with fill false the
+/// bytes are zeros. 16 bytes go through L2 only (cp.async.cg: the weight is read once),
+/// 4 bytes (x rows that are not 16-byte aligned) through L1 (cp.async.ca).
+template <int kBytes>
+__device__ __forceinline__ void copy_async(float* shared, const float* global, bool fill) {
+  static_assert(kBytes == 16 || kBytes == 4, "cp.async moves 16 or 4 bytes here");
   const unsigned int destination = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
-  const int source_bytes = fill ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
-               "r"(source_bytes)
-               : "memory");
-}
-
-/// The same for one float (x rows that are not 16-byte aligned).
-__device__ __forceinline__ void copy_4_bytes_async(float* shared, const float* global, bool fill) {
-  const unsigned int destination = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
-  const int source_bytes = fill ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
-               "r"(source_bytes)
-               : "memory");
+  const int source_bytes = fill ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  }
 }
 
 __device__ __forceinline__ void commit_async_copies() {
@@ -163,8 +163,8 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
       const int p = static_cast<int>(threadIdx.x) + i * kThreads;
       const int row = p / kPiecesPerRow;
       const int piece = p % kPiecesPerRow;
-      copy_16_bytes_async(w + row * kWeightStride + 4 * piece,
-                          source + row * kTileColumns + 4 * piece, true);
+      copy_async<16>(w + row * kWeightStride + 4 * piece, source + row * kTileColumns + 4 * piece,
+                     true);
     }
     // x [b, k0 .. k0 + 31] for every row of the tile; zeros outside [0, B) x [0, K).
     if constexpr (kXVector) {
@@ -173,16 +173,16 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
         const int row = p / kXPieces;
         const int k = k0 + 4 * (p % kXPieces);
         const bool inside = row < a.B && k < a.K;  // K % 4 == 0: a piece is all in or all out
-        copy_16_bytes_async(xs + row * kXStride + (k - k0),
-                            inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
+        copy_async<16>(xs + row * kXStride + (k - k0),
+                       inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
       }
     } else {
       for (int p = threadIdx.x; p < kRows * kChunkRows; p += kThreads) {
         const int row = p / kChunkRows;
         const int k = k0 + p % kChunkRows;
         const bool inside = row < a.B && k < a.K;
-        copy_4_bytes_async(xs + row * kXStride + (k - k0),
-                           inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
+        copy_async<4>(xs + row * kXStride + (k - k0),
+                      inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
       }
     }
   };
@@ -258,7 +258,8 @@ __device__ __forceinline__ bool gather_splits(const DecodeMatmulArguments& a, in
   for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
     const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
     float4 sum = __ldcg(reinterpret_cast<const float4*>(partial(0) + offset));
-    for (int s = 1; s < a.splits; ++s) {
+#pragma unroll 4
+    for (int s = 1; s < a.splits; ++s) {  // unrolled: several loads in flight
       const float4 more = __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
       sum.x += more.x;
       sum.y += more.y;
@@ -326,6 +327,12 @@ __device__ __forceinline__ ChunkRange chunk_range(const DecodeMatmulArguments& a
   return ChunkRange{first, min(a.chunks_per_split, a.chunks - first)};
 }
 
+/// The block's dynamic shared memory (16-byte aligned: float4 copies land there).
+__device__ __forceinline__ float* dynamic_shared_memory() {
+  extern __shared__ float4 shared_storage[];
+  return reinterpret_cast<float*>(shared_storage);
+}
+
 // ---------------------------------------------------------------- fp32: FFMA
 
 // Math:   y = x W over this block's rows of K, for the rows of x below B and the 64
@@ -341,12 +348,11 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
   using Tiling = FmaTiling<kRows>;
   constexpr int kThreadRows = Tiling::kThreadRows;
-  extern __shared__ float4 shared_storage[];
-  float* shared = reinterpret_cast<float*>(shared_storage);
+  float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int row_group = warp % Tiling::kRowGroups;
   const int k_group = warp / Tiling::kRowGroups;
   const int first_row = row_group * Tiling::kWarpRows + (lane / 16) * kThreadRows;
@@ -419,12 +425,11 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {
   constexpr int kMTiles = kRows / 16;
   static_assert(kMTiles * 16 == kRows, "tf32 row tiles are multiples of 16");
-  extern __shared__ float4 shared_storage[];
-  float* shared = reinterpret_cast<float*>(shared_storage);
+  float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int column_group = warp % kTf32ColumnGroups;
   const int k_group = warp / kTf32ColumnGroups;
   const int g = lane / 4;

@@ -67,25 +67,27 @@ struct DecodeWeightLayout {
   }
 };
 
-/// Packs W [K, N] row-major (a Conv1D weight [in, out]) into the tiled layout above.
-inline std::vector<float> pack_decode_weight(const float* weight, int K, int N) {
+/// The packed weight whose element (k, n) is element(k, n), the padding zero.
+template <typename Element>
+std::vector<float> pack_decode_elements(int K, int N, const Element& element) {
   const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
   std::vector<float> packed(layout.packed_floats(), 0.0f);
   for (int k = 0; k < K; ++k)
-    for (int n = 0; n < N; ++n)
-      packed[layout.packed_index(k, n)] = weight[static_cast<std::size_t>(k) * N + n];
+    for (int n = 0; n < N; ++n) packed[layout.packed_index(k, n)] = element(k, n);
   return packed;
+}
+
+/// Packs W [K, N] row-major (a Conv1D weight [in, out]) into the tiled layout above.
+inline std::vector<float> pack_decode_weight(const float* weight, int K, int N) {
+  return pack_decode_elements(
+      K, N, [&](int k, int n) { return weight[static_cast<std::size_t>(k) * N + n]; });
 }
 
 /// Packs the transpose of M [N, K] row-major, that is W = M^T [K, N]: the tied LM head,
 /// logits = x wte^T, streams wte [V, C] packed this way (K = C, N = V).
 inline std::vector<float> pack_decode_weight_transposed(const float* matrix, int N, int K) {
-  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
-  std::vector<float> packed(layout.packed_floats(), 0.0f);
-  for (int n = 0; n < N; ++n)
-    for (int k = 0; k < K; ++k)
-      packed[layout.packed_index(k, n)] = matrix[static_cast<std::size_t>(n) * K + k];
-  return packed;
+  return pack_decode_elements(
+      K, N, [&](int k, int n) { return matrix[static_cast<std::size_t>(n) * K + k]; });
 }
 
 /// The inverse of pack_decode_weight: W [K, N] row-major from its packed form (the

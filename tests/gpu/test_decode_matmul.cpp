@@ -23,6 +23,10 @@ namespace {
 constexpr double kFp32Tolerance = 1e-5;  // plain fp32 FFMA, against the fp64 reference
 constexpr double kTf32Tolerance = 5e-3;  // TF32 keeps a 10-bit mantissa: ~1e-4 here, a bound
 
+double tolerance(DecodePrecision precision) {
+  return precision == DecodePrecision::kFp32 ? kFp32Tolerance : kTf32Tolerance;
+}
+
 struct Shape {
   int K;
   int N;
@@ -34,6 +38,12 @@ const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}};
 
 constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
                                          DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
+
+/// A stream and its own workspace, as a decode loop sets them up.
+struct DecodeQueue {
+  test::DeviceStream stream;
+  DecodeMatmulWorkspace workspace;
+};
 
 /// A weight W [K, N] with its packed copy on the device.
 struct PackedWeight {
@@ -70,10 +80,9 @@ std::vector<float> expected_output(const std::vector<float>& without_bias,
 
 /// Runs one product into a fresh output - poisoned, or holding `residual` for
 /// kBiasResidual - and returns what the output holds afterwards.
-std::vector<float> run_product(DecodeMatmulWorkspace& workspace, const test::DeviceStream& stream,
-                               const float* x, const float* packed, const float* bias,
-                               const std::vector<float>& residual, int B, int K, int N,
-                               DecodeEpilogue epilogue, DecodePrecision precision) {
+std::vector<float> run_product(DecodeQueue& queue, const float* x, const float* packed,
+                               const float* bias, const std::vector<float>& residual, int B, int K,
+                               int N, DecodeEpilogue epilogue, DecodePrecision precision) {
   test::DeviceArray<float> out(static_cast<std::size_t>(B) * N);
   if (epilogue == DecodeEpilogue::kBiasResidual) {
     out.upload(residual);
@@ -81,14 +90,13 @@ std::vector<float> run_product(DecodeMatmulWorkspace& workspace, const test::Dev
     out.poison();
   }
   launch_decode_matmul(x, packed, epilogue == DecodeEpilogue::kNone ? nullptr : bias, out.get(), B,
-                       K, N, epilogue, precision, workspace, stream.get());
-  stream.synchronize();
+                       K, N, epilogue, precision, queue.workspace, queue.stream.get());
+  queue.stream.synchronize();
   return out.download();
 }
 
 /// For each B: fresh x, every epilogue, checked against the reference within `tolerance`.
-void check_products(std::mt19937& rng, DecodeMatmulWorkspace& workspace,
-                    const test::DeviceStream& stream, const Shape shape,
+void check_products(std::mt19937& rng, DecodeQueue& queue, const Shape shape,
                     std::initializer_list<int> batches, DecodePrecision precision,
                     double tolerance) {
   const int K = shape.K;
@@ -107,8 +115,8 @@ void check_products(std::mt19937& rng, DecodeMatmulWorkspace& workspace,
     for (const DecodeEpilogue epilogue : kEpilogues) {
       CAPTURE(B, K, N, static_cast<int>(epilogue), static_cast<int>(precision));
       const std::vector<float> y =
-          run_product(workspace, stream, x_device.get(), weight.packed.get(), bias_device.get(),
-                      residual, B, K, N, epilogue, precision);
+          run_product(queue, x_device.get(), weight.packed.get(), bias_device.get(), residual, B, K,
+                      N, epilogue, precision);
       CHECK(test::checked_relative_error(
                 y, expected_output(without_bias, with_bias, residual, epilogue)) <= tolerance);
     }
@@ -117,23 +125,22 @@ void check_products(std::mt19937& rng, DecodeMatmulWorkspace& workspace,
 
 // ---------------------------------------------------------------- products
 
-TEST_CASE("launch_decode_matmul matches the reference with every epilogue in plain fp32",
+TEST_CASE("launch_decode_matmul matches the reference with every epilogue, fp32 and tf32",
           "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
+  const DecodePrecision precision = GENERATE(DecodePrecision::kFp32, DecodePrecision::kTf32);
+  DecodeQueue queue;
+  // Every row tile (8, 16, 32, 64), full and one row into it.
   for (const Shape shape : kGpt2Shapes)
-    check_products(rng, workspace, stream, shape, {1, 3, 8, 32, 33, 64}, DecodePrecision::kFp32,
-                   kFp32Tolerance);
+    check_products(rng, queue, shape, {1, 3, 8, 16, 17, 32, 33, 64}, precision,
+                   tolerance(precision));
   for (const Shape shape : kOddShapes)
-    check_products(rng, workspace, stream, shape, {1, 3, 8, 9, 17, 33, 64}, DecodePrecision::kFp32,
-                   kFp32Tolerance);
+    check_products(rng, queue, shape, {1, 3, 8, 9, 17, 33, 64}, precision, tolerance(precision));
 }
 
 TEST_CASE("launch_decode_matmul handles every B from 1 to 64", "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
+  DecodeQueue queue;
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     for (const Shape shape : {Shape{100, 97}, Shape{97, 130}}) {
       const PackedWeight weight(rng, shape.K, shape.N);
@@ -144,38 +151,23 @@ TEST_CASE("launch_decode_matmul handles every B from 1 to 64", "[kernels][decode
         const std::vector<float> x = test::random_matrix(rng, B, shape.K, -1.0f, 1.0f);
         const test::DeviceArray<float> x_device(x);
         const std::vector<float> y =
-            run_product(workspace, stream, x_device.get(), weight.packed.get(), bias_device.get(),
-                        {}, B, shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision);
+            run_product(queue, x_device.get(), weight.packed.get(), bias_device.get(), {}, B,
+                        shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision);
         std::vector<float> expected(static_cast<std::size_t>(B) * shape.N);
         reference::linear(x.data(), weight.weight.data(), bias.data(), expected.data(), B, shape.K,
                           shape.N);
         reference::gelu(expected.data(), expected.data(), expected.size());
-        CHECK(test::checked_relative_error(y, expected) <=
-              (precision == DecodePrecision::kFp32 ? kFp32Tolerance : kTf32Tolerance));
+        CHECK(test::checked_relative_error(y, expected) <= tolerance(precision));
       }
     }
   }
-}
-
-TEST_CASE("launch_decode_matmul with --tf32's tensor cores matches the reference to TF32 precision",
-          "[kernels][decode_matmul]") {
-  LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
-  for (const Shape shape : kGpt2Shapes)
-    check_products(rng, workspace, stream, shape, {1, 16, 17, 32, 33, 64}, DecodePrecision::kTf32,
-                   kTf32Tolerance);
-  for (const Shape shape : kOddShapes)
-    check_products(rng, workspace, stream, shape, {1, 5, 33}, DecodePrecision::kTf32,
-                   kTf32Tolerance);
 }
 
 TEST_CASE("the fp32 decode matmul does not use TF32", "[kernels][decode_matmul]") {
   // x = 1 + 2^-12 and W = 1 + 2^-12: in fp32 each product is 1 + 2^-11 + 2^-24, which
   // TF32 (10 mantissa bits) would round to 1. Summed over K = 64 rows the fp32 result is
   // 64 + 64 * 2^-11 (+ rounding); TF32's would be 64.
-  DecodeMatmulWorkspace workspace;
-  test::DeviceStream stream;
+  DecodeQueue queue;
   const int B = 2;
   const int K = 64;
   const int N = 64;
@@ -183,12 +175,10 @@ TEST_CASE("the fp32 decode matmul does not use TF32", "[kernels][decode_matmul]"
   const std::vector<float> weight(static_cast<std::size_t>(K) * N, value);
   const test::DeviceArray<float> packed(pack_decode_weight(weight.data(), K, N));
   const test::DeviceArray<float> x(std::vector<float>(static_cast<std::size_t>(B) * K, value));
-  const std::vector<float> fp32 =
-      run_product(workspace, stream, x.get(), packed.get(), nullptr, {}, B, K, N,
-                  DecodeEpilogue::kNone, DecodePrecision::kFp32);
-  const std::vector<float> tf32 =
-      run_product(workspace, stream, x.get(), packed.get(), nullptr, {}, B, K, N,
-                  DecodeEpilogue::kNone, DecodePrecision::kTf32);
+  const std::vector<float> fp32 = run_product(queue, x.get(), packed.get(), nullptr, {}, B, K, N,
+                                              DecodeEpilogue::kNone, DecodePrecision::kFp32);
+  const std::vector<float> tf32 = run_product(queue, x.get(), packed.get(), nullptr, {}, B, K, N,
+                                              DecodeEpilogue::kNone, DecodePrecision::kTf32);
   const double exact = K * static_cast<double>(value) * value;
   for (const float y : fp32) REQUIRE(std::fabs(y - exact) < 1e-4);
   for (const float y : tf32) REQUIRE(std::fabs(y - 64.0) < 1e-4);
@@ -197,8 +187,7 @@ TEST_CASE("the fp32 decode matmul does not use TF32", "[kernels][decode_matmul]"
 TEST_CASE("launch_decode_matmul handles pointers that are only 4-byte aligned",
           "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
+  DecodeQueue queue;
   const int B = 5;
   const int K = 768;
   const int N = 768;
@@ -212,42 +201,39 @@ TEST_CASE("launch_decode_matmul handles pointers that are only 4-byte aligned",
     test::UnalignedDeviceArray<float> y(static_cast<std::size_t>(B) * N);
     y.poison();
     launch_decode_matmul(x_device.get(), weight.packed.get(), bias_device.get(), y.get(), B, K, N,
-                         DecodeEpilogue::kBias, precision, workspace, stream.get());
-    stream.synchronize();
+                         DecodeEpilogue::kBias, precision, queue.workspace, queue.stream.get());
+    queue.stream.synchronize();
     std::vector<float> expected(static_cast<std::size_t>(B) * N);
     reference::linear(x.data(), weight.weight.data(), bias.data(), expected.data(), B, K, N);
     CHECK(std::isnan(y.element_in_front()));  // the float before the output was not touched
-    CHECK(test::checked_relative_error(y.download(), expected) <=
-          (precision == DecodePrecision::kFp32 ? kFp32Tolerance : kTf32Tolerance));
+    CHECK(test::checked_relative_error(y.download(), expected) <= tolerance(precision));
   }
 }
 
 TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
           "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream first_stream;
-  test::DeviceStream second_stream;
-  DecodeMatmulWorkspace first_workspace;
-  DecodeMatmulWorkspace second_workspace;
+  DecodeQueue first;
+  DecodeQueue second;
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     for (const Shape shape : {Shape{3072, 768}, Shape{768, 2304}, Shape{768, 50257}}) {
       const int B = 32;
       CAPTURE(shape.K, shape.N, static_cast<int>(precision));
       const DecodeMatmulPlan plan =
-          plan_decode_matmul(B, shape.K, shape.N, first_workspace.multiprocessors(), precision);
+          plan_decode_matmul(B, shape.K, shape.N, first.workspace.multiprocessors(), precision);
       CAPTURE(plan.splits);
       const PackedWeight weight(rng, shape.K, shape.N);
       const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
       const test::DeviceArray<float> x(test::random_matrix(rng, B, shape.K, -1.0f, 1.0f));
-      const std::vector<float> first =
-          run_product(first_workspace, first_stream, x.get(), weight.packed.get(), bias.get(), {},
-                      B, shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision);
+      const std::vector<float> first_bits =
+          run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                      DecodeEpilogue::kBiasGelu, precision);
       for (int repeat = 0; repeat < 3; ++repeat) {
-        CHECK(run_product(first_workspace, first_stream, x.get(), weight.packed.get(), bias.get(),
-                          {}, B, shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision) == first);
+        CHECK(run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                          DecodeEpilogue::kBiasGelu, precision) == first_bits);
       }
-      CHECK(run_product(second_workspace, second_stream, x.get(), weight.packed.get(), bias.get(),
-                        {}, B, shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision) == first);
+      CHECK(run_product(second, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                        DecodeEpilogue::kBiasGelu, precision) == first_bits);
     }
   }
 }
@@ -316,9 +302,8 @@ struct LmHeadResult {
   std::vector<std::int32_t> candidate_indices;
 };
 
-LmHeadResult run_lm_head(DecodeMatmulWorkspace& workspace, const test::DeviceStream& stream,
-                         const float* x, const float* packed_wte, int B, int C, int V,
-                         DecodePrecision precision, bool with_logits) {
+LmHeadResult run_lm_head(DecodeQueue& queue, const float* x, const float* packed_wte, int B, int C,
+                         int V, DecodePrecision precision, bool with_logits) {
   const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
   test::DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
   test::DeviceArray<float> values(candidates);
@@ -327,16 +312,15 @@ LmHeadResult run_lm_head(DecodeMatmulWorkspace& workspace, const test::DeviceStr
   values.poison();
   indices.poison();
   launch_decode_lm_head(x, packed_wte, with_logits ? logits.get() : nullptr, values.get(),
-                        indices.get(), B, C, V, precision, workspace, stream.get());
-  stream.synchronize();
+                        indices.get(), B, C, V, precision, queue.workspace, queue.stream.get());
+  queue.stream.synchronize();
   return LmHeadResult{logits.download(), values.download(), indices.download()};
 }
 
 TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argmax",
           "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
+  DecodeQueue queue;
   struct Case {
     int B;
     int C;
@@ -352,18 +336,17 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
       const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), c.V, c.C));
       const test::DeviceArray<float> x_device(x);
       const LmHeadResult result =
-          run_lm_head(workspace, stream, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
+          run_lm_head(queue, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
                       /*with_logits=*/true);
 
       std::vector<float> expected(static_cast<std::size_t>(c.B) * c.V);
       reference::lm_head(x.data(), wte.data(), expected.data(), c.B, c.C, c.V);
-      CHECK(test::checked_relative_error(result.logits, expected) <=
-            (precision == DecodePrecision::kFp32 ? kFp32Tolerance : kTf32Tolerance));
+      CHECK(test::checked_relative_error(result.logits, expected) <= tolerance(precision));
       check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
 
       // Without logits: the same candidates, and the logits stay untouched.
       const LmHeadResult candidates_only =
-          run_lm_head(workspace, stream, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
+          run_lm_head(queue, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
                       /*with_logits=*/false);
       CHECK(candidates_only.candidate_indices == result.candidate_indices);
       CHECK(test::all_nan(candidates_only.logits));
@@ -374,8 +357,7 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
 TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and ranks NaN first",
           "[kernels][decode_matmul]") {
   LADDER_SEEDED_RNG(rng);
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
+  DecodeQueue queue;
   const int B = 3;
   const int C = 64;
   const int V = 300;  // tiles of 64: 0-63, 64-127, 128-191, 192-255, 256-299
@@ -398,7 +380,7 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
     const std::vector<float> wte = wte_with({200, 130, 131, 10, 299}, {});
     const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
     const LmHeadResult result =
-        run_lm_head(workspace, stream, x_device.get(), packed.get(), B, C, V, precision, true);
+        run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
     const std::vector<int> tokens =
         check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
     const int tiles = decode_lm_head_candidates(V);
@@ -414,7 +396,7 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
     const std::vector<float> wte = wte_with({10}, {250, 270, 66});
     const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
     const LmHeadResult result =
-        run_lm_head(workspace, stream, x_device.get(), packed.get(), B, C, V, precision, true);
+        run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
     const int tiles = decode_lm_head_candidates(V);
     for (int b = 0; b < B; ++b) {
       CAPTURE(b);
