@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/cuda_check.hpp"
 #include "kernels/argmax_order.cuh"
@@ -580,6 +581,13 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
   CUDA_CHECK_LAUNCH();
 }
 
+/// The floats of the [rows, columns] device matrix at `device`, on the host.
+std::vector<float> download_matrix(const float* device, int rows, int columns) {
+  std::vector<float> host(static_cast<std::size_t>(rows) * columns);
+  CUDA_CHECK(cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
 }  // namespace
 
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
@@ -604,6 +612,69 @@ DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
       plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
                       : 0;
   return plan;
+}
+
+PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
+  const Gpt2Config& config = model.config();
+  const int C = config.n_embd;
+  const int V = config.vocab_size;
+  // Every packed weight in model order: offsets first, one allocation, then the copies.
+  struct Packing {
+    const float* source;
+    int K;
+    int N;
+    bool transposed;  ///< source is [N, K] (wte), not [K, N]
+    std::size_t offset;
+  };
+  std::vector<Packing> packings;
+  std::size_t floats = 0;
+  const auto add = [&](const float* source, int K, int N, bool transposed) {
+    packings.push_back(Packing{source, K, N, transposed, floats});
+    floats += DecodeWeightLayout::of(K, N).packed_floats();
+  };
+  for (int index = 0; index < config.n_layer; ++index) {
+    const DeviceLayer layer = model.layer(index);
+    add(layer.qkv_weight, C, 3 * C, false);
+    add(layer.attn_proj_weight, C, C, false);
+    add(layer.fc_weight, C, 4 * C, false);
+    add(layer.mlp_proj_weight, 4 * C, C, false);
+  }
+  add(model.token_embedding(), C, V, true);
+
+  const cudaError_t status = cudaMalloc(&values_, floats * sizeof(float));
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw DeviceOutOfMemory("out of device memory: the packed decode weights need " +
+                            format_bytes(static_cast<double>(floats * sizeof(float))));
+  }
+  CUDA_CHECK(status);
+  floats_ = floats;
+  try {
+    for (const Packing& packing : packings) {
+      const std::vector<float> packed =
+          packing.transposed
+              ? pack_decode_weight_transposed(
+                    download_matrix(packing.source, packing.N, packing.K).data(), packing.N,
+                    packing.K)
+              : pack_decode_weight(download_matrix(packing.source, packing.K, packing.N).data(),
+                                   packing.K, packing.N);
+      CUDA_CHECK(cudaMemcpy(values_ + packing.offset, packed.data(), packed.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+  } catch (...) {
+    cudaFree(values_);
+    throw;
+  }
+  for (int index = 0; index < config.n_layer; ++index) {
+    const Packing* at = packings.data() + 4 * index;
+    layers_.push_back(Layer{values_ + at[0].offset, values_ + at[1].offset, values_ + at[2].offset,
+                            values_ + at[3].offset});
+  }
+  lm_head_weight_ = values_ + packings.back().offset;
+}
+
+PackedDecodeModel::~PackedDecodeModel() {
+  cudaFree(values_);  // a destructor must not throw
 }
 
 DecodeMatmulWorkspace::DecodeMatmulWorkspace() {

@@ -46,7 +46,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "common/device_model.hpp"
 #include "kernels/decode_matmul_layout.hpp"
 
 namespace ladder {
@@ -82,6 +84,39 @@ struct DecodeMatmulPlan {
 /// N <= 0, or multiprocessors <= 0.
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision);
+
+/// A model's matmul weights packed for the decode matmuls, once, when it is loaded:
+/// every layer's four Conv1D weights (pack_decode_weight) and the tied LM head's wte
+/// (pack_decode_weight_transposed: W = wte^T [C, V]), in one device allocation. Each is
+/// read from the DeviceModel, packed on the host and uploaded; the biases, LayerNorms
+/// and embeddings stay where the DeviceModel has them.
+class PackedDecodeModel {
+ public:
+  struct Layer {
+    const float* qkv_weight;        ///< [C, 3C] packed
+    const float* attn_proj_weight;  ///< [C, C] packed
+    const float* fc_weight;         ///< [C, 4C] packed
+    const float* mlp_proj_weight;   ///< [4C, C] packed
+  };
+
+  /// Throws ladder::DeviceOutOfMemory or ladder::CudaError when the upload fails.
+  explicit PackedDecodeModel(const DeviceModel& model);
+  ~PackedDecodeModel();
+  PackedDecodeModel(const PackedDecodeModel&) = delete;
+  PackedDecodeModel& operator=(const PackedDecodeModel&) = delete;
+
+  Layer layer(int index) const { return layers_.at(static_cast<std::size_t>(index)); }
+  /// wte^T [C, V] packed: the LM head's weight for launch_decode_lm_head.
+  const float* lm_head_weight() const { return lm_head_weight_; }
+  /// Bytes of packed weights on the device (the padding included).
+  std::size_t bytes() const { return floats_ * sizeof(float); }
+
+ private:
+  float* values_ = nullptr;
+  std::size_t floats_ = 0;
+  std::vector<Layer> layers_;
+  const float* lm_head_weight_ = nullptr;
+};
 
 /// Device scratch for the split sums (partial tiles and one counter per column tile),
 /// sized for every product the launchers accept on the current device, and the kernels'

@@ -24,29 +24,35 @@ constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxWarps = kArgmaxThreads / kWarpSize;
 constexpr int kAllFinishedThreads = 256;
 
-// Math:   token = argmax_v logits[b, v] (order: see beats()); next_tokens[b] = token;
+// Math:   token = the index of the winner among row b's candidates (order: see beats()),
+//         candidate v being (values[b, v], indices ? indices[b, v] : v): the plain
+//         argmax of logits, or the second pass over the LM head's per-tile winners
+//         (decode_matmul.cuh); next_tokens[b] = token;
 //         output_tokens[b * max_steps + step] = token;
 //         finished[b] = (finished[b] != 0 || token == eos_id).
-// Shapes: logits [B, V]; next_tokens, finished [B]; output_tokens [B, max_steps].
+// Shapes: values, indices [B, V] (V candidates per row); next_tokens, finished [B];
+//         output_tokens [B, max_steps].
 // Grid:   one block of kArgmaxThreads per row b = blockIdx.x. Thread i scans columns
 //         i, i + kArgmaxThreads, ... (coalesced), each warp reduces its lanes by
 //         shuffles, and warp 0 reduces the per-warp winners from shared memory.
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_step_kernel(const float* logits, const std::int32_t* forced_tokens, int V,
-                       std::int32_t* next_tokens, std::int32_t* finished,
-                       std::int32_t* output_tokens, int host_step, const DecodePosition* cursor,
-                       int max_steps, int eos_id) {
+    argmax_step_kernel(const float* values, const std::int32_t* indices,
+                       const std::int32_t* forced_tokens, int V, std::int32_t* next_tokens,
+                       std::int32_t* finished, std::int32_t* output_tokens, int host_step,
+                       const DecodePosition* cursor, int max_steps, int eos_id) {
   __shared__ Candidate warp_winners[kArgmaxWarps];
   const int b = blockIdx.x;
   const int step = cursor != nullptr ? cursor->step : host_step;
   if (step < 0 || step >= max_steps) return;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  const float* row = logits + static_cast<std::size_t>(b) * V;
+  const float* row = values + static_cast<std::size_t>(b) * V;
+  const std::int32_t* row_indices =
+      indices != nullptr ? indices + static_cast<std::size_t>(b) * V : nullptr;
 
   Candidate best = no_candidate();
   for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
-    const Candidate current{row[v], v};
+    const Candidate current{row[v], row_indices != nullptr ? row_indices[v] : v};
     if (beats(current, best)) best = current;
   }
   best = warp_argmax(best);
@@ -108,8 +114,8 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
         "launch_argmax_step",
         "step (" + std::to_string(step) + ") must lie in [0, " + std::to_string(max_steps) + ")");
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr, max_steps,
-      eos_id);
+      logits, nullptr, forced_tokens, V, next_tokens, finished, output_tokens, step, nullptr,
+      max_steps, eos_id);
   CUDA_CHECK_LAUNCH();
   all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, nullptr,
                                                              max_steps);
@@ -125,7 +131,34 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
                               max_steps);
   launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps, eos_id);
+      logits, nullptr, forced_tokens, V, next_tokens, finished, output_tokens, 0, cursor, max_steps,
+      eos_id);
+  CUDA_CHECK_LAUNCH();
+  all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, cursor,
+                                                             max_steps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_argmax_step_from_candidates(const float* candidate_values,
+                                        const std::int32_t* candidate_indices, int candidates,
+                                        const std::int32_t* forced_tokens,
+                                        std::int32_t* next_tokens, std::int32_t* finished,
+                                        std::int32_t* all_finished, std::int32_t* output_tokens,
+                                        DecodePosition* cursor, int B, int max_steps, int eos_id,
+                                        cudaStream_t stream) {
+  constexpr const char* kName = "launch_argmax_step_from_candidates";
+  launch_checks::require_not_null(kName, {{"candidate_values", candidate_values},
+                                          {"candidate_indices", candidate_indices},
+                                          {"next_tokens", next_tokens},
+                                          {"finished", finished},
+                                          {"all_finished", all_finished},
+                                          {"output_tokens", output_tokens},
+                                          {"cursor", cursor}});
+  launch_checks::require_positive(kName,
+                                  {{"B", B}, {"candidates", candidates}, {"max_steps", max_steps}});
+  argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
+      candidate_values, candidate_indices, forced_tokens, candidates, next_tokens, finished,
+      output_tokens, 0, cursor, max_steps, eos_id);
   CUDA_CHECK_LAUNCH();
   all_finished_kernel<<<1, kAllFinishedThreads, 0, stream>>>(finished, all_finished, B, cursor,
                                                              max_steps);

@@ -43,4 +43,17 @@ void launch_argmax_step(const float* logits, const std::int32_t* forced_tokens,
                         DecodePosition* cursor, int B, int V, int max_steps, int eos_id,
                         cudaStream_t stream);
 
+/// The same step (device cursor) from the LM head's argmax first pass
+/// (launch_decode_lm_head, decode_matmul.cuh): row b's token is the index of the winner
+/// among its `candidates` pairs (candidate_values[b, t], candidate_indices[b, t]) under
+/// the same order, so it equals the argmax of the row's logits. Throws
+/// std::invalid_argument on a null pointer or B, candidates, max_steps <= 0.
+void launch_argmax_step_from_candidates(const float* candidate_values,
+                                        const std::int32_t* candidate_indices, int candidates,
+                                        const std::int32_t* forced_tokens,
+                                        std::int32_t* next_tokens, std::int32_t* finished,
+                                        std::int32_t* all_finished, std::int32_t* output_tokens,
+                                        DecodePosition* cursor, int B, int max_steps, int eos_id,
+                                        cudaStream_t stream);
+
 }  // namespace ladder

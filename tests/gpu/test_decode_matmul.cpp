@@ -13,8 +13,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/device_model.hpp"
 #include "common/reference.hpp"
+#include "common/weights.hpp"
 #include "kernels/decode_matmul.cuh"
+#include "kernels/sampling.cuh"
 #include "tests/gpu/device_test_helpers.hpp"
 
 namespace ladder {
@@ -411,6 +414,101 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
   }
 }
 
+TEST_CASE("the argmax step over the LM head's candidates picks the argmax of the logits",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  const DecodePrecision precision = GENERATE(DecodePrecision::kFp32, DecodePrecision::kTf32);
+  const int max_steps = 3;
+  const int step = 1;
+  const int eos_id = 7;
+  for (const int B : {1, 5, 32, 64}) {
+    for (const int V : {97, 50257}) {
+      const int C = 768;
+      CAPTURE(B, V, static_cast<int>(precision));
+      std::vector<float> wte = test::random_matrix(rng, V, C, -1.0f, 1.0f);
+      const std::vector<float> x = test::random_matrix(rng, B, C, 0.0f, 1.0f);
+      // Row eos_id made the largest logit of every row where V allows: the EOS bookkeeping.
+      for (int c = 0; c < C; ++c) wte[static_cast<std::size_t>(eos_id) * C + c] = 1.0f;
+      const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
+      const test::DeviceArray<float> x_device(x);
+      const LmHeadResult result =
+          run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
+      const test::DeviceArray<float> values(result.candidate_values);
+      const test::DeviceArray<std::int32_t> indices(result.candidate_indices);
+      test::DeviceArray<std::int32_t> next_tokens(B);
+      test::DeviceArray<std::int32_t> finished(std::vector<std::int32_t>(B, 0));
+      test::DeviceArray<std::int32_t> all_finished(1);
+      test::DeviceArray<std::int32_t> output_tokens(static_cast<std::size_t>(B) * max_steps);
+      test::DeviceArray<DecodePosition> cursor = test::device_cursor(step, 10);
+      next_tokens.poison();
+      output_tokens.poison();
+      launch_argmax_step_from_candidates(values.get(), indices.get(), decode_lm_head_candidates(V),
+                                         nullptr, next_tokens.get(), finished.get(),
+                                         all_finished.get(), output_tokens.get(), cursor.get(), B,
+                                         max_steps, eos_id, queue.stream.get());
+      queue.stream.synchronize();
+      const std::vector<std::int32_t> tokens = next_tokens.download();
+      const std::vector<std::int32_t> written = output_tokens.download();
+      for (int b = 0; b < B; ++b) {
+        CAPTURE(b);
+        const int expected =
+            reference::argmax(result.logits.data() + static_cast<std::size_t>(b) * V, V);
+        CHECK(expected == eos_id);
+        CHECK(tokens[b] == expected);
+        CHECK(written[static_cast<std::size_t>(b) * max_steps + step] == expected);
+      }
+      CHECK(finished.download() == std::vector<std::int32_t>(B, 1));
+      CHECK(all_finished.download()[0] == 1);
+      CHECK(cursor.download()[0].step == step + 1);
+    }
+  }
+}
+
+TEST_CASE("PackedDecodeModel packs every layer's weights and the LM head's wte^T",
+          "[kernels][decode_matmul]") {
+  Gpt2Config config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_embd = 64;
+  config.vocab_size = 97;
+  config.n_positions = 16;
+  config.bos_token_id = 96;
+  config.eos_token_id = 96;
+  const Gpt2Weights weights = random_gpt2_weights(config, 3);
+  const DeviceModel model(weights);
+  const PackedDecodeModel packed(model);
+  const int C = config.n_embd;
+  const auto unpacked = [](const float* device, int K, int N) {
+    std::vector<float> host(DecodeWeightLayout::of(K, N).packed_floats());
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return unpack_decode_weight(host, K, N);
+  };
+  const auto host_matrix = [&](std::size_t offset, std::size_t count) {
+    return std::vector<float>(weights.at(offset), weights.at(offset) + count);
+  };
+  const std::size_t CC = static_cast<std::size_t>(C) * C;
+  for (int index = 0; index < config.n_layer; ++index) {
+    CAPTURE(index);
+    const LayerOffsets& at = weights.layout.layers[static_cast<std::size_t>(index)];
+    const PackedDecodeModel::Layer layer = packed.layer(index);
+    CHECK(unpacked(layer.qkv_weight, C, 3 * C) == host_matrix(at.qkv_weight, 3 * CC));
+    CHECK(unpacked(layer.attn_proj_weight, C, C) == host_matrix(at.attn_proj_weight, CC));
+    CHECK(unpacked(layer.fc_weight, C, 4 * C) == host_matrix(at.fc_weight, 4 * CC));
+    CHECK(unpacked(layer.mlp_proj_weight, 4 * C, C) == host_matrix(at.mlp_proj_weight, 4 * CC));
+  }
+  // The LM head: W = wte^T, so W[c, v] = wte[v, c].
+  const std::vector<float> lm_head = unpacked(packed.lm_head_weight(), C, config.vocab_size);
+  const float* wte = weights.at(weights.layout.token_embedding);
+  bool transposed = true;
+  for (int v = 0; v < config.vocab_size; ++v)
+    for (int c = 0; c < C; ++c)
+      transposed = transposed && lm_head[static_cast<std::size_t>(c) * config.vocab_size + v] ==
+                                     wte[static_cast<std::size_t>(v) * C + c];
+  CHECK(transposed);
+}
+
 // ---------------------------------------------------------------- arguments
 
 TEST_CASE("the decode matmul launchers reject bad arguments", "[kernels][decode_matmul]") {
@@ -453,6 +551,9 @@ TEST_CASE("the decode matmul launchers reject bad arguments", "[kernels][decode_
   CHECK_THROWS_AS(lm_head(in, in, nullptr, nullptr, nullptr, 8, 8, 8), std::invalid_argument);
   CHECK_THROWS_AS(lm_head(in, in + 2, out, out, index, 8, 8, 8), std::invalid_argument);
   CHECK_THROWS_AS(plan_decode_matmul(8, 8, 8, 0, kFp32), std::invalid_argument);
+  CHECK_THROWS_AS(launch_argmax_step_from_candidates(out, nullptr, 8, nullptr, index, index, index,
+                                                     index, nullptr, 8, 4, 0, nullptr),
+                  std::invalid_argument);
 }
 
 }  // namespace
