@@ -79,9 +79,10 @@ struct DecodeMatmulPlan {
   std::size_t partial_floats = 0;  ///< workspace floats for the split partial sums (S > 1)
 };
 
-/// The plan of a [B, K] x [K, N] product. Splits K until the grid holds about two
-/// blocks per multiprocessor. Throws std::invalid_argument on B outside [1, 64], K or
-/// N <= 0, or multiprocessors <= 0.
+/// The plan of a [B, K] x [K, N] product. Splits K where that shortens the longest
+/// block's stream for the waves of blocks it adds (two resident blocks per
+/// multiprocessor), at most 4 blocks per multiprocessor in all. Throws std::invalid_argument on B
+/// outside [1, 64], K or N <= 0, or multiprocessors <= 0.
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision);
 
