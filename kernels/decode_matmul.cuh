@@ -24,8 +24,10 @@
 // few rows of x, and the time is the bytes of W over the memory bandwidth (at B = 32
 // in plain fp32 it also reaches the FMA rate: 16 FLOP per weight byte). So every byte
 // of W is read once, in 16-byte pieces, by exactly one block; all B rows of x meet it
-// on chip; and the grid is cut fine enough (over N, and over K for the narrow products)
-// that every multiprocessor streams.
+// on chip (the rows of x for a chunk's 32 k sit in shared memory beside it); and the
+// grid is cut fine enough (over N, and over K for the narrow products) that every
+// multiprocessor streams. The price of 64-column tiles: x is read from L2 once per
+// tile, T B K floats in all, B / 64 of the weight's bytes (half at B = 32).
 //
 // Grid: blocks (s, t) for s < S, t < T, 256 threads. Block (s, t) streams its range of
 // rows of column tile t - one contiguous run of the packed weight - through shared
