@@ -520,8 +520,8 @@ constexpr KernelVariant kVariants[] = {{8, DecodePrecision::kFp32},  {16, Decode
                                        {16, DecodePrecision::kTf32}, {32, DecodePrecision::kTf32},
                                        {64, DecodePrecision::kTf32}};
 
-/// The most partial floats and counters any plan can ask for (decode_matmul.cuh): a
-/// split plan has T < target blocks and T S < 2 target.
+/// The most partial floats and counters any plan can ask for: a split plan (S > 1) has
+/// at most 2 slots blocks (plan_decode_matmul), so T S <= 2 slots and T <= slots.
 std::size_t max_partial_floats(int multiprocessors) {
   return std::size_t{2} * kTargetBlocksPerMultiprocessor * multiprocessors * kDecodeMaxRows *
          kTileColumns;
@@ -603,11 +603,24 @@ DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
   plan.row_tile = row_tile_for(B, precision);
   plan.column_tiles = layout.column_tiles;
   plan.chunks = layout.padded_rows / kChunkRows;
-  const int target = kTargetBlocksPerMultiprocessor * multiprocessors;
-  const int wanted = (target + plan.column_tiles - 1) / plan.column_tiles;
-  const int splits = std::clamp(wanted, 1, plan.chunks);
-  plan.chunks_per_split = (plan.chunks + splits - 1) / splits;
-  plan.splits = (plan.chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
+  // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
+  // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
+  // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
+  // tiles to add up); at most 2 slots blocks (the workspace's size).
+  const long long slots = static_cast<long long>(kTargetBlocksPerMultiprocessor) * multiprocessors;
+  long long best_cost = -1;
+  for (int wanted = 1; wanted <= plan.chunks; ++wanted) {
+    const int chunks_per_split = (plan.chunks + wanted - 1) / wanted;
+    const int splits = (plan.chunks + chunks_per_split - 1) / chunks_per_split;
+    const long long blocks = static_cast<long long>(splits) * plan.column_tiles;
+    if (splits > 1 && blocks > 2 * slots) break;  // more splits only add blocks
+    const long long cost = (blocks + slots - 1) / slots * chunks_per_split;
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      plan.splits = splits;
+      plan.chunks_per_split = chunks_per_split;
+    }
+  }
   plan.partial_floats =
       plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
                       : 0;

@@ -24,8 +24,10 @@
 // few rows of x, and the time is the bytes of W over the memory bandwidth (at B = 32
 // in plain fp32 it also reaches the FMA rate: 16 FLOP per weight byte). So every byte
 // of W is read once, in 16-byte pieces, by exactly one block; all B rows of x meet it
-// on chip; and the grid is cut fine enough (over N, and over K for the narrow products)
-// that every multiprocessor streams.
+// on chip (the rows of x for a chunk's 32 k sit in shared memory beside it); and the
+// grid is cut fine enough (over N, and over K for the narrow products) that every
+// multiprocessor streams. The price of 64-column tiles: x is read from L2 once per
+// tile, T B K floats in all, B / 64 of the weight's bytes (half at B = 32).
 //
 // Grid: blocks (s, t) for s < S, t < T, 256 threads. Block (s, t) streams its range of
 // rows of column tile t - one contiguous run of the packed weight - through shared
@@ -79,9 +81,10 @@ struct DecodeMatmulPlan {
   std::size_t partial_floats = 0;  ///< workspace floats for the split partial sums (S > 1)
 };
 
-/// The plan of a [B, K] x [K, N] product. Splits K until the grid holds about two
-/// blocks per multiprocessor. Throws std::invalid_argument on B outside [1, 64], K or
-/// N <= 0, or multiprocessors <= 0.
+/// The plan of a [B, K] x [K, N] product. Splits K where that shortens the longest
+/// block's stream for the waves of blocks it adds (two resident blocks per
+/// multiprocessor), at most 4 blocks per multiprocessor in all. Throws std::invalid_argument on B
+/// outside [1, 64], K or N <= 0, or multiprocessors <= 0.
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision);
 

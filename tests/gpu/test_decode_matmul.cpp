@@ -34,8 +34,10 @@ struct Shape {
   int K;
   int N;
 };
-// GPT-2 small's four products (qkv, attention projection, MLP up, MLP down).
+// GPT-2 small's four products (qkv, attention projection, MLP up, MLP down), and
+// GPT-2 medium's (C = 1024).
 const Shape kGpt2Shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+const Shape kGpt2MediumShapes[] = {{1024, 3072}, {1024, 1024}, {1024, 4096}, {4096, 1024}};
 // Sizes that are multiples of nothing: K = 97 takes the 4-byte x path, N = 1 one column.
 const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}};
 
@@ -137,6 +139,8 @@ TEST_CASE("launch_decode_matmul matches the reference with every epilogue, fp32 
   for (const Shape shape : kGpt2Shapes)
     check_products(rng, queue, shape, {1, 3, 8, 16, 17, 32, 33, 64}, precision,
                    tolerance(precision));
+  for (const Shape shape : kGpt2MediumShapes)
+    check_products(rng, queue, shape, {3, 64}, precision, tolerance(precision));
   for (const Shape shape : kOddShapes)
     check_products(rng, queue, shape, {1, 3, 8, 9, 17, 33, 64}, precision, tolerance(precision));
 }
@@ -330,9 +334,9 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
     int V;
   };
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
-    for (const Case c :
-         {Case{1, 64, 97}, Case{3, 64, 97}, Case{37, 100, 97}, Case{5, 97, 200},
-          Case{1, 768, 50257}, Case{8, 768, 50257}, Case{32, 768, 50257}, Case{64, 768, 50257}}) {
+    for (const Case c : {Case{1, 64, 97}, Case{3, 64, 97}, Case{37, 100, 97}, Case{5, 97, 200},
+                         Case{1, 768, 50257}, Case{8, 768, 50257}, Case{32, 768, 50257},
+                         Case{64, 768, 50257}, Case{2, 1024, 50257}}) {
       CAPTURE(c.B, c.C, c.V, static_cast<int>(precision));
       const std::vector<float> wte = test::random_matrix(rng, c.V, c.C, -1.0f, 1.0f);
       const std::vector<float> x = test::random_matrix(rng, c.B, c.C, -1.0f, 1.0f);
