@@ -10,8 +10,8 @@
 // step on the device, sets the condition with cudaGraphSetConditional - another step
 // while some row is unfinished and steps remain. One launch and one wait per
 // generation; the stop step is the one every chapter stops at, with no speculative
-// step. A WHILE body holds only kernels, memsets, copies between device memory and
-// nested graphs, so everything the host used to do between steps is gone from it: no
+// step. A WHILE body holds only kernels, memsets, copies of memory the device can reach
+// and nested graphs, so everything the host used to do between steps is gone from it: no
 // flag is copied out (the host reads the cursor once, at the end) and the logits the
 // tests compare are kept on the device, one row per step. One stream suffices. The
 // first generation of a shape runs its first two steps plainly (cuBLASLt chooses its

@@ -23,6 +23,7 @@
 #include "kernels/matmul.cuh"
 #include "kernels/sampling.cuh"
 #include "tests/gpu/device_test_helpers.hpp"
+#include "tests/gpu/greedy_step_buffers.hpp"
 #include "tests/support/chapter_process.hpp"
 #include "tests/support/golden_data.hpp"
 
@@ -113,42 +114,23 @@ TEST_CASE("cuBLASLt chooses its algorithm before a capture, and the replay equal
 }
 
 /// Greedy bookkeeping for the WHILE-loop tests: B rows, max_steps columns, every output
-/// poisoned (-1) and no row finished.
-struct LoopState {
-  LoopState(int batch, int steps, int eos)
-      : B(batch),
-        max_steps(steps),
-        eos_id(eos),
-        next_tokens(B),
-        finished(std::vector<std::int32_t>(B, 0)),
-        all_finished(1),
-        output_tokens(static_cast<std::size_t>(B) * max_steps),
-        cursor(test::device_cursor(0, 0)) {
+/// poisoned (-1), no row finished, and the cursor at step 0.
+struct LoopState : test::StepBuffers {
+  LoopState(int batch, int vocabulary, int steps, int eos)
+      : StepBuffers(batch, vocabulary, steps, eos), cursor(test::device_cursor(0, 0)) {
     output_tokens.poison();
   }
-  GreedyState state() const {
-    return {nullptr, finished.get(), all_finished.get(), output_tokens.get(), max_steps, eos_id};
-  }
-
-  int B;
-  int max_steps;
-  int eos_id;
-  test::DeviceArray<std::int32_t> next_tokens;
-  test::DeviceArray<std::int32_t> finished;
-  test::DeviceArray<std::int32_t> all_finished;
-  test::DeviceArray<std::int32_t> output_tokens;
   test::DeviceArray<DecodePosition> cursor;
 };
 
 /// A graph as chapter 08 builds it, on fixed logits: the argmax step, then a WHILE node
 /// whose body is the argmax step again.
-CudaGraphExec capture_argmax_loop(const float* logits, int V, LoopState& loop,
-                                  cudaStream_t stream) {
+CudaGraphExec capture_argmax_loop(const float* logits, LoopState& loop, cudaStream_t stream) {
   CudaGraph graph = CudaGraph::create();
   const cudaGraphConditionalHandle another_step = create_condition(graph, 0);
   const auto step = [&] {
     launch_argmax_step_in_graph_loop(logits, loop.next_tokens.get(), loop.state(),
-                                     loop.cursor.get(), loop.B, V, another_step, stream);
+                                     loop.cursor.get(), loop.B, loop.V, another_step, stream);
   };
   cudaGraph_t body = nullptr;
   capture_into_graph(
@@ -183,8 +165,8 @@ TEST_CASE("a WHILE node set by the argmax step stops when every row finished or 
   // and 2 emit it (eos 2) but row 1 never finishes: every step.
   for (const Case& c : {Case{15, max_steps}, Case{7, max_steps}, Case{2, max_steps}}) {
     INFO("eos " << c.eos);
-    LoopState loop(B, max_steps, c.eos);
-    const CudaGraphExec graph = capture_argmax_loop(logits.get(), V, loop, stream.get());
+    LoopState loop(B, V, max_steps, c.eos);
+    const CudaGraphExec graph = capture_argmax_loop(logits.get(), loop, stream.get());
     graph.launch(stream.get());
     synchronize_stage(stream.get(), "the argmax loop");
     CHECK(loop.cursor.download().front().step == c.expected_steps);
@@ -197,8 +179,8 @@ TEST_CASE("a WHILE node set by the argmax step stops when every row finished or 
   std::vector<float> same_logits(static_cast<std::size_t>(B) * V, 0.0f);
   for (int b = 0; b < B; ++b) same_logits[static_cast<std::size_t>(b) * V + 2] = 1.0f;
   const test::DeviceArray<float> finishing(same_logits);
-  LoopState loop(B, max_steps, /*eos=*/2);
-  const CudaGraphExec graph = capture_argmax_loop(finishing.get(), V, loop, stream.get());
+  LoopState loop(B, V, max_steps, /*eos=*/2);
+  const CudaGraphExec graph = capture_argmax_loop(finishing.get(), loop, stream.get());
   // Twice: the condition starts at 0 on every launch, and the state is put back by hand.
   for (int launch = 0; launch < 2; ++launch) {
     INFO("launch " << launch);
@@ -217,7 +199,7 @@ TEST_CASE("a WHILE node set by the argmax step stops when every row finished or 
 
 TEST_CASE("the loop-condition argmax refuses to run outside a capture", "[graphs]") {
   const test::DeviceStream stream;
-  LoopState loop(2, 3, 0);
+  LoopState loop(2, 4, 3, 0);
   const test::DeviceArray<float> logits(std::vector<float>(2 * 4, 0.0f));
   CHECK_THROWS_AS(launch_argmax_step_in_graph_loop(logits.get(), loop.next_tokens.get(),
                                                    loop.state(), loop.cursor.get(), 2, 4, 0,
@@ -289,8 +271,10 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapter 08 one per gen
   // An EOS id the rows never emit within the limit, so that every chapter runs all
   // steps and none enqueues a speculative one.
   int eos = weights.config.vocab_size - 1;
-  while (reference::generate(weights, prompts.rows(), new_tokens, eos, false).steps != new_tokens)
+  while (eos > 0 &&
+         reference::generate(weights, prompts.rows(), new_tokens, eos, false).steps != new_tokens)
     --eos;
+  REQUIRE(eos > 0);
   const std::vector<std::string> arguments = {
       "--weights", testing::golden_model_directory(), "--batch", std::to_string(batch),
       "--new-tokens", std::to_string(new_tokens), "--random-prompt-length",
