@@ -349,8 +349,8 @@ class Gpt2Decoder final : public Decoder {
     float* qkv = activations.qkv;
     float* attended = activations.attended;
     float* expanded = activations.expanded;
-    // NEW in chapter 05: only the first LayerNorm stands alone; every later one is fused
-    // with the residual add before it.
+    // The first LayerNorm; every later one follows a product whose epilogue already added
+    // its output to the residual stream.
     const DeviceLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
                      stream);
@@ -391,9 +391,9 @@ class Gpt2Decoder final : public Decoder {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, fused with the last residual add (in the
-    // prefill over every position, a negligible cost once per generation); only each
-    // row's last position predicts the next token.
+    // NEW in chapter 05: ln_f already ran, after the last residual add (in the prefill
+    // over every position, a negligible cost once per generation); only each row's last
+    // position predicts the next token.
     const float* last = activations.normed;
     if (T > 1) {
       CUDA_CHECK(cudaMemcpy2DAsync(activations.last, sizeof(float) * C,
@@ -408,8 +408,8 @@ class Gpt2Decoder final : public Decoder {
                         activations.candidate_indices, B, C, config_.vocab_size);
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP, fused with
-  // its residual add: the next layer's ln_1, or ln_f after the last layer.
+  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP and its
+  // residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
     const DeviceLayer next_layer = model_.layer(layer_index + 1);
