@@ -92,24 +92,39 @@ namespace ladder {
 /// call invalidated): work enqueued on it now is recorded, not run.
 bool stream_is_capturing(cudaStream_t stream);
 
-/// What CUDA_CHECK_LAUNCH does after a kernel launch on `stream`. Launch-configuration
-/// errors are caught always (cudaGetLastError). Debug builds (NDEBUG unset) also wait
-/// for the stream, so a fault is reported at its kernel - except while the stream
-/// captures a graph: the kernel has not run yet, and a synchronization would invalidate
-/// the capture. Inline, so that NDEBUG is the including file's.
-inline void check_launch(cudaStream_t stream, const char* file, int line) {
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) throw_cuda_error(launched, "kernel launch", file, line);
+/// The stream a kernel was launched on, as CUDA_CHECK_LAUNCH passes it: known when the
+/// launcher names it, unknown for a launcher written before launches were checked per
+/// stream.
+struct LaunchStream {
+  LaunchStream() = default;
+  LaunchStream(cudaStream_t launched_on) : stream(launched_on), known(true) {}  // NOLINT
+  cudaStream_t stream = nullptr;
+  bool known = false;
+};
+
+/// What CUDA_CHECK_LAUNCH does after a kernel launch. Launch-configuration errors are
+/// caught always (cudaGetLastError). Debug builds (NDEBUG unset) also wait, so that a
+/// fault is reported at its kernel: for the launch's stream, unless that stream is
+/// capturing a graph (the kernel has not run yet, and a wait would invalidate the
+/// capture); for the whole device when the stream is unknown, which no launcher that
+/// may run inside a capture can afford. Inline, so that NDEBUG is the including file's.
+inline void check_launch(LaunchStream launched, const char* file, int line) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw_cuda_error(status, "kernel launch", file, line);
 #ifndef NDEBUG
-  if (stream_is_capturing(stream)) return;
-  const cudaError_t ran = cudaStreamSynchronize(stream);
+  if (launched.known && stream_is_capturing(launched.stream)) return;
+  const cudaError_t ran =
+      launched.known ? cudaStreamSynchronize(launched.stream) : cudaDeviceSynchronize();
   if (ran != cudaSuccess) throw_cuda_error(ran, "kernel run (debug synchronization)", file, line);
 #else
-  static_cast<void>(stream);
+  static_cast<void>(launched);
 #endif
 }
 
 }  // namespace ladder
 
-/// After a kernel launch on `stream`: see ladder::check_launch.
-#define CUDA_CHECK_LAUNCH(stream) ::ladder::check_launch((stream), __FILE__, __LINE__)
+/// After a kernel launch: CUDA_CHECK_LAUNCH(stream), naming the launch's stream (safe
+/// inside a graph capture), or CUDA_CHECK_LAUNCH() (waits for the whole device in debug
+/// builds); see ladder::check_launch.
+#define CUDA_CHECK_LAUNCH(...) \
+  ::ladder::check_launch(::ladder::LaunchStream{__VA_ARGS__}, __FILE__, __LINE__)

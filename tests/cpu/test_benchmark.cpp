@@ -1,5 +1,9 @@
-// tests/cpu/test_benchmark.cpp - statistics, token hashes and the HBM floor.
+// tests/cpu/test_benchmark.cpp - statistics, token hashes, the HBM floor, and the traced
+// columns of the table and the JSON.
 #include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/benchmark.hpp"
 
@@ -37,4 +41,34 @@ TEST_CASE("the HBM floor counts weights, tied head, cache and logits per step", 
   CHECK(seconds == Approx(0.0145).epsilon(0.02));
   CHECK(ladder::floor_bytes(config, 32, 1, 400) / 4.27e12 == Approx(0.091).epsilon(0.02));
   CHECK(ladder::floor_bytes(config, 1, 1, 100) / 4.27e12 == Approx(0.0117).epsilon(0.02));
+}
+
+TEST_CASE("the table and the JSON carry graph launches and host time per step", "[benchmark]") {
+  ladder::ReportHeader header;
+  header.chapter = "07_cuda_graphs";
+  ladder::BenchmarkRow traced;
+  traced.batch = 32;
+  traced.new_tokens = traced.steps = 100;
+  traced.seconds = {0.09};
+  traced.time = ladder::summarize(traced.seconds);
+  traced.kernels_per_step = 137.0;
+  traced.graph_launches_per_step = 0.99;
+  traced.host_seconds_per_step = 6.5e-6;
+  ladder::BenchmarkRow untraced = traced;  // CUPTI was held by a profiler: "-" and null
+  untraced.kernels_per_step = untraced.graph_launches_per_step = -1;
+  untraced.host_seconds_per_step = -1;
+
+  const std::string table = ladder::format_table(header, {traced, untraced});
+  CHECK(table.find("graphs/") != std::string::npos);
+  CHECK(table.find("host us") != std::string::npos);
+  CHECK(table.find("   1.0 ") != std::string::npos);  // 0.99 graph launches per step
+  CHECK(table.find("   6.5 ") != std::string::npos);  // 6.5 us of host time per step
+
+  const nlohmann::json json =
+      nlohmann::json::parse(ladder::format_json(header, {traced, untraced}));
+  const nlohmann::json& rows = json.at("configurations");
+  CHECK(rows.at(0).at("graph_launches_per_step").get<double>() == Approx(0.99));
+  CHECK(rows.at(0).at("host_api_s_per_step").get<double>() == Approx(6.5e-6));
+  CHECK(rows.at(1).at("graph_launches_per_step").is_null());
+  CHECK(rows.at(1).at("host_api_s_per_step").is_null());
 }
