@@ -193,8 +193,10 @@ class Gpt2Decoder final : public Decoder {
     DecodePosition end{};
     CUDA_CHECK(cudaMemcpyAsync(&end, cursor, sizeof(end), cudaMemcpyDeviceToHost, stream));
     const int steps = end.step;
-    for (int step = 0; step < steps; ++step)
-      logits.record(logits_history + static_cast<std::size_t>(step) * B * V, B, V, stream);
+    if (logits.enabled()) {
+      for (int step = 0; step < steps; ++step)
+        logits.record(logits_history + static_cast<std::size_t>(step) * B * V, B, V, stream);
+    }
 
     output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
