@@ -77,6 +77,8 @@ void fill_traced_columns(const GpuActivitySummary& activity, const GenerationOut
   const double steps = std::max(traced.launched_steps(), 1);
   row.kernels_per_step = static_cast<double>(activity.kernels) / steps;
   row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
+  row.graph_launches_per_step = static_cast<double>(activity.graph_launches) / steps;
+  row.host_seconds_per_step = activity.host_api_seconds / steps;
   row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
   row.gpu_idle_between_steps = activity.timeline.step_openings > 1
                                    ? activity.timeline.idle_between_steps_seconds /

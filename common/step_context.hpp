@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "common/cuda_check.hpp"
 #include "common/cuda_event.hpp"
 #include "common/cuda_stream.hpp"
@@ -48,46 +50,68 @@ class StepContext {
   LtMatmul matmul_;
 };
 
+/// Scratch activations for one GPT-2 decode step's products at `rows` rows, from
+/// `allocator`, the products' inputs (normed, attended, expanded) and the residual
+/// stream a fused residual epilogue reads (projected) zeroed so that they read defined
+/// numbers: what the "matmuls alone" timings multiply.
+struct StepProductScratch {
+  StepProductScratch(DeviceAllocator& allocator, const Gpt2Config& config, std::size_t rows,
+                     cudaStream_t stream)
+      : normed(allocator, rows * config.n_embd, stream),
+        qkv(allocator, rows * 3 * config.n_embd, stream),
+        attended(allocator, rows * config.n_embd, stream),
+        projected(allocator, rows * config.n_embd, stream),
+        expanded(allocator, rows * 4 * config.n_embd, stream),
+        logits(allocator, rows * config.vocab_size, stream) {
+    CUDA_CHECK(cudaMemsetAsync(normed, 0, normed.bytes(), stream));
+    CUDA_CHECK(cudaMemsetAsync(attended, 0, attended.bytes(), stream));
+    CUDA_CHECK(cudaMemsetAsync(projected, 0, projected.bytes(), stream));
+    CUDA_CHECK(cudaMemsetAsync(expanded, 0, expanded.bytes(), stream));
+  }
+  TypedBuffer<float> normed;     ///< [rows, C]
+  TypedBuffer<float> qkv;        ///< [rows, 3C]
+  TypedBuffer<float> attended;   ///< [rows, C]
+  TypedBuffer<float> projected;  ///< [rows, C]
+  TypedBuffer<float> expanded;   ///< [rows, 4C]
+  TypedBuffer<float> logits;     ///< [rows, V]
+};
+
+/// `step_products` (one step's products, enqueued on `stream`) timed back to back:
+/// the median of 20 timed repeats after 3 warm-up repeats, in seconds per step.
+template <typename StepProducts>
+double step_product_seconds(cudaStream_t stream, const StepProducts& step_products) {
+  constexpr int kWarmupRepeats = 3;
+  constexpr int kTimedRepeats = 20;
+  return median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats, step_products);
+}
+
 /// The yardstick for everything in a step that is not a matrix product: the 49
 /// products of one GPT-2 decode step (four per layer and the tied LM head) at `batch`
 /// rows, through `step` (its cuBLASLt object and stream, as the chapter's loop uses
 /// them), with the model's weights and the chapter's epilogues (the MLP's first
-/// product takes `mlp_epilogue`, the others kBias), on zeroed scratch activations from
-/// `allocator`, back to back: nothing else runs between them. Returns the median of 20
-/// timed repeats after 3 warm-up repeats, in seconds per step.
+/// product takes `mlp_epilogue`, the others kBias), on StepProductScratch, back to
+/// back: nothing else runs between them (step_product_seconds).
 inline double decode_matmul_seconds(const DeviceModel& model, StepContext& step,
                                     DeviceAllocator& allocator, int batch,
                                     LinearEpilogue mlp_epilogue) {
-  constexpr int kWarmupRepeats = 3;
-  constexpr int kTimedRepeats = 20;
   const Gpt2Config& config = model.config();
   const int C = config.n_embd;
-  const std::size_t rows = static_cast<std::size_t>(batch);
-  const cudaStream_t stream = step.stream();
-  const TypedBuffer<float> normed(allocator, rows * C, stream);
-  const TypedBuffer<float> qkv(allocator, rows * 3 * C, stream);
-  const TypedBuffer<float> attended(allocator, rows * C, stream);
-  const TypedBuffer<float> projected(allocator, rows * C, stream);
-  const TypedBuffer<float> expanded(allocator, rows * 4 * C, stream);
-  const TypedBuffer<float> logits(allocator, rows * config.vocab_size, stream);
-  // The products' inputs, zeroed so that they read defined numbers.
-  CUDA_CHECK(cudaMemsetAsync(normed, 0, normed.bytes(), stream));
-  CUDA_CHECK(cudaMemsetAsync(attended, 0, attended.bytes(), stream));
-  CUDA_CHECK(cudaMemsetAsync(expanded, 0, expanded.bytes(), stream));
-  const auto step_matmuls = [&] {
+  const StepProductScratch scratch(allocator, config, batch, step.stream());
+  return step_product_seconds(step.stream(), [&] {
     for (int layer_index = 0; layer_index < config.n_layer; ++layer_index) {
       const DeviceLayer layer = model.layer(layer_index);
-      step.linear(normed, layer.qkv_weight, layer.qkv_bias, qkv, batch, C, 3 * C,
+      step.linear(scratch.normed, layer.qkv_weight, layer.qkv_bias, scratch.qkv, batch, C, 3 * C,
                   LinearEpilogue::kBias);
-      step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, projected, batch, C, C,
-                  LinearEpilogue::kBias);
-      step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, batch, C, 4 * C, mlp_epilogue);
-      step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, batch, 4 * C, C,
-                  LinearEpilogue::kBias);
+      step.linear(scratch.attended, layer.attn_proj_weight, layer.attn_proj_bias, scratch.projected,
+                  batch, C, C, LinearEpilogue::kBias);
+      step.linear(scratch.normed, layer.fc_weight, layer.fc_bias, scratch.expanded, batch, C, 4 * C,
+                  mlp_epilogue);
+      step.linear(scratch.expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, scratch.projected,
+                  batch, 4 * C, C, LinearEpilogue::kBias);
     }
-    step.lm_head(normed, model.token_embedding(), logits, batch, C, config.vocab_size);
-  };
-  return median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats, step_matmuls);
+    step.lm_head(scratch.normed, model.token_embedding(), scratch.logits, batch, C,
+                 config.vocab_size);
+  });
 }
 
 }  // namespace ladder

@@ -1,6 +1,6 @@
 // kernels/device_primitives.cuh - device building blocks shared by the kernel families:
-// warp-wide reductions by register shuffles, and packed float access (one 16-byte
-// load or store instead of four 4-byte ones).
+// warp-wide reductions by register shuffles, packed float access (one 16-byte load or
+// store instead of four 4-byte ones), and GPT-2's GELU.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +26,17 @@ __device__ __forceinline__ float warp_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, offset));
   return value;
+}
+
+// sqrt(2 / pi) and the cubic coefficient of GPT-2's GELU (as in Hugging Face's NewGELU).
+constexpr float kGeluScale = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+/// GPT-2's GELU, the tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+/// One definition for every kernel that applies it (the elementwise GELU, the decode
+/// matmuls' epilogue), so they agree bit for bit.
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
 }
 
 /// kWidth consecutive floats moved as one unit. With kWidth = 4 the alignment makes

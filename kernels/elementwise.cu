@@ -14,14 +14,6 @@ namespace {
 
 constexpr int kElementwiseThreads = 256;
 
-// sqrt(2 / pi) and the cubic coefficient of GPT-2's GELU (as in Hugging Face's NewGELU).
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
-}
-
 // Math:   x[r, c] += bias[c].
 // Shapes: x [rows, columns], bias [columns]; columns % kWidth == 0.
 // Grid:   a grid-stride loop over the rows * columns / kWidth packs of x; pack i lies in
@@ -42,7 +34,7 @@ __global__ void add_bias_kernel(float* x, const float* bias, int rows, int colum
   }
 }
 
-// Math:   out[i] = gelu(x[i]) (see gelu() above); out may be x.
+// Math:   out[i] = gelu(x[i]) (device_primitives.cuh); out may be x.
 // Shapes: x, out [count] (any [rows, columns] flattened); count % kWidth == 0.
 // Grid:   a grid-stride loop over the count / kWidth packs.
 // Promises (kWidth = 4): LDG.E.128 STG.E.128

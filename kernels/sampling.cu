@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "common/cuda_check.hpp"
+#include "kernels/argmax_order.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -23,55 +24,35 @@ constexpr int kArgmaxThreads = 1024;
 constexpr int kArgmaxWarps = kArgmaxThreads / kWarpSize;
 constexpr int kAllFinishedThreads = 256;
 
-/// A candidate for the argmax; index INT_MAX with value -inf stands for "no element",
-/// which loses to every real element (a real -inf wins it by its smaller index).
-struct Candidate {
-  float value;
-  int index;
-};
-
-/// True when `a` should be the argmax rather than `b`.
-__device__ __forceinline__ bool beats(const Candidate& a, const Candidate& b) {
-  const bool a_nan = isnan(a.value);
-  const bool b_nan = isnan(b.value);
-  if (a_nan != b_nan) return a_nan;
-  if (a_nan || a.value == b.value) return a.index < b.index;
-  return a.value > b.value;
-}
-
-__device__ __forceinline__ Candidate warp_argmax(Candidate candidate) {
-#pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    const Candidate other{__shfl_xor_sync(kFullWarpMask, candidate.value, offset),
-                          __shfl_xor_sync(kFullWarpMask, candidate.index, offset)};
-    if (beats(other, candidate)) candidate = other;
-  }
-  return candidate;
-}
-
-// Math:   token = argmax_v logits[b, v] (order: see beats()); next_tokens[b] = token;
+// Math:   token = the index of the winner among row b's candidates (order: see beats()),
+//         candidate v being (values[b, v], indices ? indices[b, v] : v): the plain
+//         argmax of logits, or the second pass over the LM head's per-tile winners
+//         (decode_matmul.cuh); next_tokens[b] = token;
 //         output_tokens[b * max_steps + step] = token;
 //         finished[b] = (finished[b] != 0 || token == eos_id).
-// Shapes: logits [B, V]; next_tokens, finished [B]; output_tokens [B, max_steps].
+// Shapes: values, indices [B, V] (V candidates per row); next_tokens, finished [B];
+//         output_tokens [B, max_steps].
 // Grid:   one block of kArgmaxThreads per row b = blockIdx.x. Thread i scans columns
 //         i, i + kArgmaxThreads, ... (coalesced), each warp reduces its lanes by
 //         shuffles, and warp 0 reduces the per-warp winners from shared memory.
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_step_kernel(const float* logits, const std::int32_t* forced_tokens, int V,
-                       std::int32_t* next_tokens, std::int32_t* finished,
-                       std::int32_t* output_tokens, int host_step, const DecodePosition* cursor,
-                       int max_steps, int eos_id) {
+    argmax_step_kernel(const float* values, const std::int32_t* indices,
+                       const std::int32_t* forced_tokens, int V, std::int32_t* next_tokens,
+                       std::int32_t* finished, std::int32_t* output_tokens, int host_step,
+                       const DecodePosition* cursor, int max_steps, int eos_id) {
   __shared__ Candidate warp_winners[kArgmaxWarps];
   const int b = blockIdx.x;
   const int step = cursor != nullptr ? cursor->step : host_step;
   if (step < 0 || step >= max_steps) return;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  const float* row = logits + static_cast<std::size_t>(b) * V;
+  const float* row = values + static_cast<std::size_t>(b) * V;
+  const std::int32_t* row_indices =
+      indices != nullptr ? indices + static_cast<std::size_t>(b) * V : nullptr;
 
-  Candidate best{-INFINITY, INT_MAX};
+  Candidate best = no_candidate();
   for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
-    const Candidate current{row[v], v};
+    const Candidate current{row[v], row_indices != nullptr ? row_indices[v] : v};
     if (beats(current, best)) best = current;
   }
   best = warp_argmax(best);
@@ -131,46 +112,54 @@ __global__ void store_step_logits_kernel(const float* logits, float* history,
     slot[i] = logits[i];
 }
 
-void check_argmax_step_arguments(const float* logits, std::int32_t* next_tokens,
+void check_argmax_step_arguments(const char* name, const float* values, std::int32_t* next_tokens,
                                  const GreedyState& state, int B, int V) {
-  constexpr const char* kName = "launch_argmax_step";
-  launch_checks::require_not_null(kName, {{"logits", logits},
-                                          {"next_tokens", next_tokens},
-                                          {"finished", state.finished},
-                                          {"all_finished", state.all_finished},
-                                          {"output_tokens", state.output_tokens}});
-  launch_checks::require_positive(kName, {{"B", B}, {"V", V}, {"max_steps", state.max_steps}});
+  launch_checks::require_not_null(name, {{"logits", values},
+                                         {"next_tokens", next_tokens},
+                                         {"finished", state.finished},
+                                         {"all_finished", state.all_finished},
+                                         {"output_tokens", state.output_tokens}});
+  launch_checks::require_positive(name, {{"B", B}, {"V", V}, {"max_steps", state.max_steps}});
 }
 
-/// The argmax step with the step read from `cursor`, which the second kernel advances;
-/// with kSetsLoopCondition that kernel also sets `loop_condition`.
+/// The argmax step over row b's `count` candidates (values[b, v], indices ? indices[b, v]
+/// : v), with the step read from `cursor`, which the second kernel advances; with
+/// kSetsLoopCondition that kernel also sets `loop_condition`.
 template <bool kSetsLoopCondition>
-void launch_cursor_argmax_step(const float* logits, std::int32_t* next_tokens,
-                               const GreedyState& state, DecodePosition* cursor, int B, int V,
+void launch_cursor_argmax_step(const char* name, const float* values, const std::int32_t* indices,
+                               int count, std::int32_t* next_tokens, const GreedyState& state,
+                               DecodePosition* cursor, int B,
                                cudaGraphConditionalHandle loop_condition, cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, state, B, V);
-  launch_checks::require_not_null("launch_argmax_step", "cursor", cursor);
+  check_argmax_step_arguments(name, values, next_tokens, state, B, count);
+  launch_checks::require_not_null(name, "cursor", cursor);
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, 0, cursor,
-      state.max_steps, state.eos_id);
+      values, indices, state.forced_tokens, count, next_tokens, state.finished, state.output_tokens,
+      0, cursor, state.max_steps, state.eos_id);
   CUDA_CHECK_LAUNCH(stream);
   all_finished_kernel<kSetsLoopCondition><<<1, kAllFinishedThreads, 0, stream>>>(
       state.finished, state.all_finished, B, cursor, state.max_steps, loop_condition);
   CUDA_CHECK_LAUNCH(stream);
 }
 
+/// Refuses a loop-condition launch outside the capture of the graph that owns the handle.
+void require_capturing(const char* name, cudaStream_t stream) {
+  launch_checks::require(stream_is_capturing(stream), name,
+                         "the stream must be capturing the graph that owns loop_condition (a "
+                         "condition set outside its graph is undefined behavior)");
+}
+
 }  // namespace
 
 void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
                         int B, int V, int step, cudaStream_t stream) {
-  check_argmax_step_arguments(logits, next_tokens, state, B, V);
+  check_argmax_step_arguments("launch_argmax_step", logits, next_tokens, state, B, V);
   if (step < 0 || step >= state.max_steps)
     launch_checks::fail("launch_argmax_step", "step (" + std::to_string(step) +
                                                   ") must lie in [0, " +
                                                   std::to_string(state.max_steps) + ")");
   argmax_step_kernel<<<static_cast<unsigned int>(B), kArgmaxThreads, 0, stream>>>(
-      logits, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens, step,
-      nullptr, state.max_steps, state.eos_id);
+      logits, nullptr, state.forced_tokens, V, next_tokens, state.finished, state.output_tokens,
+      step, nullptr, state.max_steps, state.eos_id);
   CUDA_CHECK_LAUNCH(stream);
   all_finished_kernel<false><<<1, kAllFinishedThreads, 0, stream>>>(
       state.finished, state.all_finished, B, nullptr, state.max_steps, 0);
@@ -179,17 +168,39 @@ void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const Gr
 
 void launch_argmax_step(const float* logits, std::int32_t* next_tokens, const GreedyState& state,
                         DecodePosition* cursor, int B, int V, cudaStream_t stream) {
-  launch_cursor_argmax_step<false>(logits, next_tokens, state, cursor, B, V, 0, stream);
+  launch_cursor_argmax_step<false>("launch_argmax_step", logits, nullptr, V, next_tokens, state,
+                                   cursor, B, 0, stream);
 }
 
 void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_tokens,
                                       const GreedyState& state, DecodePosition* cursor, int B,
                                       int V, cudaGraphConditionalHandle loop_condition,
                                       cudaStream_t stream) {
-  launch_checks::require(stream_is_capturing(stream), "launch_argmax_step_in_graph_loop",
-                         "the stream must be capturing the graph that owns loop_condition (a "
-                         "condition set outside its graph is undefined behavior)");
-  launch_cursor_argmax_step<true>(logits, next_tokens, state, cursor, B, V, loop_condition, stream);
+  constexpr const char* kName = "launch_argmax_step_in_graph_loop";
+  require_capturing(kName, stream);
+  launch_cursor_argmax_step<true>(kName, logits, nullptr, V, next_tokens, state, cursor, B,
+                                  loop_condition, stream);
+}
+
+void launch_argmax_step_from_candidates(const ArgmaxCandidates& candidates,
+                                        std::int32_t* next_tokens, const GreedyState& state,
+                                        DecodePosition* cursor, int B, cudaStream_t stream) {
+  constexpr const char* kName = "launch_argmax_step_from_candidates";
+  launch_checks::require_not_null(kName, {{"candidates.values", candidates.values},
+                                          {"candidates.indices", candidates.indices}});
+  launch_cursor_argmax_step<false>(kName, candidates.values, candidates.indices, candidates.count,
+                                   next_tokens, state, cursor, B, 0, stream);
+}
+
+void launch_argmax_step_from_candidates_in_graph_loop(
+    const ArgmaxCandidates& candidates, std::int32_t* next_tokens, const GreedyState& state,
+    DecodePosition* cursor, int B, cudaGraphConditionalHandle loop_condition, cudaStream_t stream) {
+  constexpr const char* kName = "launch_argmax_step_from_candidates_in_graph_loop";
+  require_capturing(kName, stream);
+  launch_checks::require_not_null(kName, {{"candidates.values", candidates.values},
+                                          {"candidates.indices", candidates.indices}});
+  launch_cursor_argmax_step<true>(kName, candidates.values, candidates.indices, candidates.count,
+                                  next_tokens, state, cursor, B, loop_condition, stream);
 }
 
 void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,

@@ -67,4 +67,26 @@ void launch_argmax_step_in_graph_loop(const float* logits, std::int32_t* next_to
 void launch_store_step_logits(const float* logits, float* history, const DecodePosition* cursor,
                               int B, int V, int max_steps, cudaStream_t stream);
 
+/// The LM head's argmax first pass (launch_decode_lm_head, decode_matmul.cuh): row b's
+/// `count` per-tile winners (values[b, t], indices[b, t]), [B, count] each.
+struct ArgmaxCandidates {
+  const float* values;
+  const std::int32_t* indices;
+  int count;
+};
+
+/// The device-cursor step (as above) from the LM head's candidates: row b's token is the
+/// index of the winner among its candidates under the same order, so it equals the
+/// argmax of the row's logits. Throws std::invalid_argument as above, on a null
+/// candidate pointer, or on count <= 0.
+void launch_argmax_step_from_candidates(const ArgmaxCandidates& candidates,
+                                        std::int32_t* next_tokens, const GreedyState& state,
+                                        DecodePosition* cursor, int B, cudaStream_t stream);
+
+/// launch_argmax_step_from_candidates as the body of a graph's WHILE loop, setting
+/// `loop_condition` as launch_argmax_step_in_graph_loop does (same capture rule).
+void launch_argmax_step_from_candidates_in_graph_loop(
+    const ArgmaxCandidates& candidates, std::int32_t* next_tokens, const GreedyState& state,
+    DecodePosition* cursor, int B, cudaGraphConditionalHandle loop_condition, cudaStream_t stream);
+
 }  // namespace ladder

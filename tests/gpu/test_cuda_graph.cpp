@@ -259,7 +259,7 @@ double per_generation(const nlohmann::json& configuration, const char* column) {
   return configuration.at(column).get<double>() * configuration.at("steps").get<double>();
 }
 
-TEST_CASE("chapter 07 launches one graph per decode step, chapter 08 one per generation",
+TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one per generation",
           "[graphs][chapters]") {
   const Gpt2Weights weights = testing::load_golden_model();
   const int batch = 4;
@@ -291,7 +291,9 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapter 08 one per gen
   const nlohmann::json interleaved = traced_configuration("06_stream_interleaving", arguments);
   const nlohmann::json graphs = traced_configuration("07_cuda_graphs", arguments);
   const nlohmann::json device_loop = traced_configuration("08_device_loop", arguments);
-  for (const nlohmann::json* configuration : {&interleaved, &graphs, &device_loop})
+  const nlohmann::json decode_matmuls = traced_configuration("09_decode_matmuls", arguments);
+  for (const nlohmann::json* configuration :
+       {&interleaved, &graphs, &device_loop, &decode_matmuls})
     REQUIRE(configuration->at("steps").get<int>() == new_tokens);
 
   CHECK(per_generation(interleaved, "graph_launches_per_step") == 0);
@@ -314,6 +316,12 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapter 08 one per gen
         interleaved.at("host_api_s_per_step").get<double>());
   CHECK(device_loop.at("host_api_s_per_step").get<double>() <
         graphs.at("host_api_s_per_step").get<double>());
+  // 09: 08's graph, each product one decode-matmul launch where cuBLASLt took one or two
+  // (a split-K reduction), and nothing else added.
+  CHECK(per_generation(decode_matmuls, "graph_launches_per_step") == Approx(1));
+  CHECK(per_generation(decode_matmuls, "host_syncs_per_step") == Approx(1));
+  CHECK(per_generation(decode_matmuls, "kernels_per_step") <=
+        per_generation(device_loop, "kernels_per_step") + 0.5);
 }
 
 }  // namespace

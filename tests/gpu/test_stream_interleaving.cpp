@@ -1,4 +1,4 @@
-// tests/gpu/test_stream_interleaving.cpp - chapters 06, 07 and 08, run again and again: a
+// tests/gpu/test_stream_interleaving.cpp - chapters 06 to 09, run again and again: a
 // race shows as a moving result.
 //
 // Chapter 06 enqueues step i on one stream while the host checks step i - 1's flag, and
@@ -7,7 +7,10 @@
 // let the speculative step after an early stop leak into it. Chapter 07 replays those
 // steps from graphs captured once, one per stream, and chapter 08 the whole generation
 // from one graph whose loop the GPU runs: a graph replayed with stale state, or a loop
-// condition set at the wrong time, would show the same way. One process with --runs 50
+// condition set at the wrong time, would show the same way. Chapter 09 runs that graph
+// on its own matmul kernels, whose split sums are added in a fixed order by the block
+// that arrives last: a sum whose order moved would show the same way, in fp32 and
+// under --tf32 alike. One process with --runs 50
 // generates 50 times: the chapter runner itself fails the process ("a race?") when any
 // run's tokens differ from the first run's, and the tokens it dumps must equal the CPU
 // reference's, stop step included. Run: gpu_tests "[chapters]"
@@ -29,7 +32,7 @@ namespace {
 namespace reference = ladder::reference;
 
 constexpr const char* kRepeatedChapters[] = {"06_stream_interleaving", "07_cuda_graphs",
-                                             "08_device_loop"};
+                                             "08_device_loop", "09_decode_matmuls"};
 constexpr int kRuns = 50;
 
 /// Runs `chapter` kRuns times in one process (no warm-up) with `arguments`, requires a
@@ -69,7 +72,7 @@ void check_repeated_runs(const std::vector<std::string>& arguments,
 
 }  // namespace
 
-TEST_CASE("chapters 06-08 give the reference's tokens on every one of 50 runs (random prompts)",
+TEST_CASE("chapters 06-09 give the reference's tokens on every one of 50 runs (random prompts)",
           "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
   const int eos = weights.config.eos_token_id;
@@ -89,7 +92,7 @@ TEST_CASE("chapters 06-08 give the reference's tokens on every one of 50 runs (r
       expected, weights.config.vocab_size);
 }
 
-TEST_CASE("chapters 06-08 stop early at the reference's step on every one of 50 runs",
+TEST_CASE("chapters 06-09 stop early at the reference's step on every one of 50 runs",
           "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
   const nlohmann::json golden = ladder::testing::load_golden_json("greedy_eos.json");
@@ -118,4 +121,18 @@ TEST_CASE("chapters 06-08 stop early at the reference's step on every one of 50 
                          std::to_string(new_tokens), "--eos", std::to_string(eos)},
                         expected, weights.config.vocab_size);
   }
+}
+
+// Under --tf32 the tokens need not equal the fp32 reference's, but 50 runs must still
+// equal each other (the runner fails the process when one differs), at B = 32 on GPT-2
+// small, where the products split their inner dimension.
+TEST_CASE("chapter 09 with --tf32 gives the same tokens on every one of 50 runs", "[chapters]") {
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-tf32");
+  const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(
+      "09_decode_matmuls",
+      {"--tf32", "--batch", "32", "--new-tokens", "32", "--random-prompt-length", "4", "--runs",
+       std::to_string(kRuns), "--warmup", "0", "--quiet", "--dump-tokens",
+       directory + "/tokens.txt"});
+  INFO("09_decode_matmuls --tf32 printed: " << result.output);
+  CHECK(result.exit_code == 0);
 }

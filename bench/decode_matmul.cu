@@ -1,0 +1,314 @@
+// bench/decode_matmul.cu - the 49 products of a GPT-2 small decode step, in the decode
+// matmuls (kernels/decode_matmul) against cuBLASLt (kernels/matmul) and against the
+// memory's measured copy bandwidth.
+//
+// For B rows (1, 8, 32 and 64 by default) and each product - c_attn 768 x 2304 (+ bias),
+// attention c_proj 768 x 768 (+ bias + residual), c_fc 768 x 3072 (+ bias + GELU), MLP
+// c_proj 3072 x 768 (+ bias + residual), the tied LM head 768 x 50257 (+ the argmax's
+// first pass) - it prints the GPU microseconds per product and the weight bytes per
+// second, for the decode kernels in fp32 and TF32 and for cuBLASLt in fp32 and TF32
+// (bias and GELU in its epilogue; the residual add is a launch of its own there, as in
+// chapters 05-08). Then the step: 12 times the four layer products plus the LM head,
+// as the sum of the per-product times and as one timed sequence of the 49 launches,
+// against the floor: the step's weight bytes over the copy bandwidth.
+//
+// Each product is verified before it is timed: random x, weight and bias, the decode
+// kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
+// Timing: CUDA events, the median of 20 repeats after 3 warm-up repeats; a repeat runs
+// the product once on each of several copies of its weight, enough copies to fill four
+// times the L2 cache, so that every launch streams its weight from HBM as a decode step
+// does (a step's 49 weights, 0.5 GB, never fit in L2). The copies past the first are
+// zero: the time of a dense fp32 product does not depend on the values.
+//
+// Run:  build/native/bench/decode_matmul [--batch B]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_support.hpp"
+#include "common/cuda_check.hpp"
+#include "common/cuda_event.hpp"
+#include "common/cuda_stream.hpp"
+#include "common/device_info.hpp"
+#include "common/reference.hpp"
+#include "kernels/decode_matmul.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/matmul.cuh"
+
+namespace {
+
+using ladder::DecodeEpilogue;
+using ladder::DecodePrecision;
+using ladder::LinearEpilogue;
+
+constexpr int kWarmupRepeats = 3;
+constexpr int kTimedRepeats = 20;
+constexpr int kC = 768;  // GPT-2 small
+constexpr int kV = 50257;
+constexpr int kLayers = 12;
+constexpr int kCopiesPerL2 = 4;  // weight copies fill four times the L2
+
+/// One product of the step.
+struct Product {
+  const char* name;
+  int K;
+  int N;
+  int per_step;  // launches per step
+  DecodeEpilogue epilogue;
+  bool lm_head;
+};
+const Product kProducts[] = {
+    {"c_attn    768 x 2304 + bias", kC, 3 * kC, kLayers, DecodeEpilogue::kBias, false},
+    {"c_proj    768 x 768 + bias + residual", kC, kC, kLayers, DecodeEpilogue::kBiasResidual,
+     false},
+    {"c_fc      768 x 3072 + bias + GELU", kC, 4 * kC, kLayers, DecodeEpilogue::kBiasGelu, false},
+    {"mlp proj 3072 x 768 + bias + residual", 4 * kC, kC, kLayers, DecodeEpilogue::kBiasResidual,
+     false},
+    {"LM head   768 x 50257 (+ argmax pass)", kC, kV, 1, DecodeEpilogue::kNone, true}};
+
+LinearEpilogue lt_epilogue(DecodeEpilogue epilogue) {
+  return epilogue == DecodeEpilogue::kBiasGelu ? LinearEpilogue::kBiasGelu : LinearEpilogue::kBias;
+}
+
+std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float scale) {
+  std::uniform_real_distribution<float> distribution(-scale, scale);
+  std::vector<float> values(n);
+  for (float& value : values) value = distribution(rng);
+  return values;
+}
+
+void upload(float* device, const std::vector<float>& host) {
+  CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> download(const float* device, std::size_t n) {
+  std::vector<float> host(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+/// The weights of one product: `copies` packed (decode) and row-major (cuBLASLt), copy 0
+/// random, the others zero; the LM head's row-major copy is wte [V, C].
+struct ProductWeights {
+  int copies = 0;
+  std::vector<float*> packed;
+  std::vector<float*> row_major;
+  float* bias = nullptr;
+};
+
+struct Buffers {
+  float* x;         // [64, 3072]
+  float* out;       // [64, 50257]
+  float* residual;  // [64, 768], cuBLASLt's residual add
+  float* candidate_values;
+  std::int32_t* candidate_indices;
+};
+
+/// The decode kernel's launch for copy `copy` of product p.
+void decode_call(const Product& p, const ProductWeights& w, int copy, const Buffers& buffers, int B,
+                 DecodePrecision precision, ladder::DecodeMatmulWorkspace& workspace,
+                 cudaStream_t stream) {
+  if (p.lm_head) {
+    ladder::launch_decode_lm_head(buffers.x, w.packed[copy], buffers.out, buffers.candidate_values,
+                                  buffers.candidate_indices, B, p.K, p.N, precision, workspace,
+                                  stream);
+  } else {
+    ladder::launch_decode_matmul(buffers.x, w.packed[copy], w.bias, buffers.out, B, p.K, p.N,
+                                 p.epilogue, precision, workspace, stream);
+  }
+}
+
+/// cuBLASLt's launches for the same product (the residual add separate, as in chapter 05).
+void lt_call(const Product& p, const ProductWeights& w, int copy, const Buffers& buffers, int B,
+             ladder::LtMatmul& lt, cudaStream_t stream) {
+  if (p.lm_head) {
+    lt.lm_head(buffers.x, w.row_major[copy], buffers.out, B, p.K, p.N, stream);
+    return;
+  }
+  lt.linear(buffers.x, w.row_major[copy], w.bias, buffers.out, B, p.K, p.N, lt_epilogue(p.epilogue),
+            stream);
+  if (p.epilogue == DecodeEpilogue::kBiasResidual)
+    ladder::launch_residual_add(buffers.residual, buffers.out, B, p.N, stream);
+}
+
+/// Relative error of the decode kernel against cuBLASLt fp32 on copy 0 (random), with
+/// the verifiable epilogue (bias, or bias + GELU; the residual add is the unit tests').
+double verify(const Product& p, const ProductWeights& w, const Buffers& buffers, int B,
+              DecodePrecision precision, ladder::DecodeMatmulWorkspace& workspace,
+              ladder::LtMatmul& lt_fp32, cudaStream_t stream) {
+  const std::size_t outputs = static_cast<std::size_t>(B) * p.N;
+  Product checked = p;
+  if (checked.epilogue == DecodeEpilogue::kBiasResidual) checked.epilogue = DecodeEpilogue::kBias;
+  CUDA_CHECK(cudaMemset(buffers.out, 0xFF, outputs * sizeof(float)));
+  lt_call(checked, w, 0, buffers, B, lt_fp32, stream);
+  const std::vector<float> expected = download(buffers.out, outputs);
+  CUDA_CHECK(cudaMemset(buffers.out, 0xFF, outputs * sizeof(float)));
+  decode_call(checked, w, 0, buffers, B, precision, workspace, stream);
+  const std::vector<float> actual = download(buffers.out, outputs);
+  return ladder::reference::relative_error(actual.data(), expected.data(), outputs);
+}
+
+/// GPU seconds per product: a repeat runs `call(copy)` for every copy.
+double seconds_per_product(cudaStream_t stream, int copies, const std::function<void(int)>& call) {
+  return ladder::median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats,
+                                       [&] {
+                                         for (int copy = 0; copy < copies; ++copy) call(copy);
+                                       }) /
+         copies;
+}
+
+std::vector<int> batches_from(int argc, char** argv) {
+  if (argc == 1) return {1, 8, 32, 64};
+  const int B = ladder::bench::parse_batch(argc, argv, "decode_matmul");
+  if (B > ladder::kDecodeMaxRows)
+    throw std::invalid_argument("usage: decode_matmul [--batch B], 1 <= B <= 64");
+  return {B};
+}
+
+int run(int argc, char** argv) {
+  const std::vector<int> batches = batches_from(argc, argv);
+  const ladder::DeviceInfo device = ladder::query_device_info();
+  std::printf("%s\n", ladder::device_banner(device).c_str());
+  const double copy_bandwidth = ladder::measure_copy_bandwidth();
+  std::printf("copy bandwidth (read + write): %.0f GB/s\n", copy_bandwidth * 1e-9);
+
+  const ladder::CudaStream stream;
+  const cudaStream_t s = stream.get();
+  ladder::bench::DeviceScratch scratch;
+  std::mt19937 rng(20261201);
+  const Buffers buffers{scratch.floats(std::size_t{64} * 4 * kC),
+                        scratch.floats(std::size_t{64} * kV), scratch.floats(std::size_t{64} * kC),
+                        scratch.floats(std::size_t{64} * ladder::decode_lm_head_candidates(kV)),
+                        reinterpret_cast<std::int32_t*>(scratch.floats(
+                            std::size_t{64} * ladder::decode_lm_head_candidates(kV)))};
+  upload(buffers.x, random_floats(rng, std::size_t{64} * 4 * kC, 1.0f));
+  float* lt_workspace =
+      scratch.floats(ladder::LtMatmul::kRecommendedWorkspaceBytes / sizeof(float));
+  ladder::LtMatmul lt_fp32(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes);
+  ladder::LtMatmul lt_tf32(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
+                           /*allow_tf32=*/true);
+  ladder::DecodeMatmulWorkspace workspace;
+
+  // Weights: enough copies of each product's weight to stream from HBM, at least one per
+  // layer for the step sequence.
+  std::vector<ProductWeights> weights;
+  for (const Product& p : kProducts) {
+    ProductWeights w;
+    const std::size_t bytes = static_cast<std::size_t>(p.K) * p.N * sizeof(float);
+    w.copies = static_cast<int>(
+        std::max<std::size_t>({static_cast<std::size_t>(p.per_step), std::size_t{2},
+                               kCopiesPerL2 * device.l2_cache_bytes / bytes + 1}));
+    const std::vector<float> weight =
+        random_floats(rng, static_cast<std::size_t>(p.K) * p.N, 0.05f);
+    const std::vector<float> packed =
+        p.lm_head ? ladder::pack_decode_weight_transposed(weight.data(), p.N, p.K)
+                  : ladder::pack_decode_weight(weight.data(), p.K, p.N);
+    for (int copy = 0; copy < w.copies; ++copy) {
+      w.packed.push_back(scratch.floats(packed.size()));
+      w.row_major.push_back(scratch.floats(weight.size()));
+    }
+    upload(w.packed[0], packed);
+    upload(w.row_major[0], weight);
+    w.bias = scratch.floats(static_cast<std::size_t>(p.N));
+    upload(w.bias, random_floats(rng, static_cast<std::size_t>(p.N), 1.0f));
+    weights.push_back(std::move(w));
+  }
+
+  for (const int B : batches) {
+    std::printf(
+        "\n## B = %d rows: GPU us per product (GB/s of weight), median of %d repeats\n\n"
+        "| product | splits x tiles | copy floor | decode fp32 | decode tf32 | cuBLASLt fp32 | "
+        "cuBLASLt tf32 |\n|---|--:|--:|--:|--:|--:|--:|\n",
+        B, kTimedRepeats);
+    double floor_step = 0;
+    double step[4] = {0, 0, 0, 0};
+    for (std::size_t i = 0; i < std::size(kProducts); ++i) {
+      const Product& p = kProducts[i];
+      const ProductWeights& w = weights[i];
+      const double bytes = static_cast<double>(p.K) * p.N * sizeof(float);
+      // Verified before timed.
+      const double fp32_error =
+          verify(p, w, buffers, B, DecodePrecision::kFp32, workspace, lt_fp32, s);
+      const double tf32_error =
+          verify(p, w, buffers, B, DecodePrecision::kTf32, workspace, lt_fp32, s);
+      if (!(fp32_error <= 1e-4) || !(tf32_error <= 5e-3)) {
+        std::fprintf(stderr,
+                     "decode_matmul: %s at B = %d disagrees with cuBLASLt (relative error fp32 "
+                     "%.3g, tf32 %.3g)\n",
+                     p.name, B, fp32_error, tf32_error);
+        return 1;
+      }
+      double seconds[4];
+      seconds[0] = seconds_per_product(s, w.copies, [&](int copy) {
+        decode_call(p, w, copy, buffers, B, DecodePrecision::kFp32, workspace, s);
+      });
+      seconds[1] = seconds_per_product(s, w.copies, [&](int copy) {
+        decode_call(p, w, copy, buffers, B, DecodePrecision::kTf32, workspace, s);
+      });
+      seconds[2] = seconds_per_product(
+          s, w.copies, [&](int copy) { lt_call(p, w, copy, buffers, B, lt_fp32, s); });
+      seconds[3] = seconds_per_product(
+          s, w.copies, [&](int copy) { lt_call(p, w, copy, buffers, B, lt_tf32, s); });
+      // The floor: the weight's bytes over the copy bandwidth (the repository's floor).
+      const double floor_seconds = bytes / copy_bandwidth;
+      const ladder::DecodeMatmulPlan plan = ladder::plan_decode_matmul(
+          B, p.K, p.N, workspace.multiprocessors(), DecodePrecision::kFp32);
+      std::printf("| %s | %d x %d | %.1f", p.name, plan.splits, plan.column_tiles,
+                  floor_seconds * 1e6);
+      for (int v = 0; v < 4; ++v) {
+        std::printf(" | %.1f (%.0f)", seconds[v] * 1e6, bytes / seconds[v] * 1e-9);
+        step[v] += seconds[v] * p.per_step;
+      }
+      std::printf(" |\n");
+      floor_step += floor_seconds * p.per_step;
+    }
+    std::printf("| step: sum over the 49 products | | %.1f", floor_step * 1e6);
+    for (const double seconds : step) std::printf(" | %.1f", seconds * 1e6);
+    std::printf(" |\n");
+
+    // The step as one sequence: 12 layers of four products on their own weights, then
+    // the LM head, back to back.
+    const auto sequence =
+        [&](const std::function<void(const Product&, const ProductWeights&, int)>& call) {
+          return ladder::median_stream_seconds(s, kWarmupRepeats, kTimedRepeats, [&] {
+            for (int layer = 0; layer < kLayers; ++layer)
+              for (std::size_t i = 0; i + 1 < std::size(kProducts); ++i)
+                call(kProducts[i], weights[i], layer);
+            call(kProducts[std::size(kProducts) - 1], weights.back(), 0);
+          });
+        };
+    std::printf("| step: the 49 launches in sequence | | %.1f", floor_step * 1e6);
+    std::printf(" | %.1f", 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
+                             decode_call(p, w, c, buffers, B, DecodePrecision::kFp32, workspace, s);
+                           }));
+    std::printf(" | %.1f", 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
+                             decode_call(p, w, c, buffers, B, DecodePrecision::kTf32, workspace, s);
+                           }));
+    std::printf(" | %.1f", 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
+                             lt_call(p, w, c, buffers, B, lt_fp32, s);
+                           }));
+    std::printf(" | %.1f |\n",
+                1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
+                  lt_call(p, w, c, buffers, B, lt_tf32, s);
+                }));
+  }
+  std::printf(
+      "\ncopy floor: the weight's bytes over the measured copy bandwidth (read + write bytes "
+      "per second), as the\nchapters' floor counts it; GB/s: the weight's bytes over the time. "
+      "cuBLASLt's c_proj rows include the\nresidual add it needs as a second launch.\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ladder::bench::run_bench("decode_matmul", [&] { return run(argc, argv); });
+}

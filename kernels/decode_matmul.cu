@@ -1,0 +1,764 @@
+// kernels/decode_matmul.cu - the decode matmuls (see decode_matmul.cuh for the math,
+// the grid and the order of the sums): one streaming pipeline, two inner products
+// (fp32 FFMA and TF32 mma.sync), one tail that sums the warps and the splits and
+// applies the epilogue.
+//
+// Shared memory of a block (floats):
+//   pipeline  kStages stages, each  W chunk [32][72] (64 columns + 8 of padding)
+//                                   x chunk [R][36]  (32 columns + 4 of padding)
+//   tail      (reuses the pipeline) one [R][68] tile per k-group of warps; their sum
+//             ends in the first, which the epilogue reads.
+// R is the row tile (B rounded up). The paddings keep the tensor-core fragment reads
+// free of bank conflicts (rows 72 floats apart start 8 banks apart; rows 36 apart, 4
+// banks apart); the FFMA path reads W 16 bytes per lane along a row and x as a broadcast.
+#include "kernels/decode_matmul.cuh"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "kernels/argmax_order.cuh"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+
+namespace ladder {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kStages = 4;
+constexpr int kTileColumns = kDecodeTileColumns;  // 64
+constexpr int kChunkRows = kDecodeChunkRows;      // 32
+constexpr int kWeightStride = kTileColumns + 8;   // floats between two W rows in shared memory
+constexpr int kXStride = kChunkRows + 4;          // floats between two x rows in shared memory
+constexpr int kTileStride = kTileColumns + 4;     // floats between two rows of a summed tile
+/// Blocks the plan aims for per multiprocessor (two fit: registers and shared memory).
+constexpr int kTargetBlocksPerMultiprocessor = 2;
+constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
+
+/// Everything a decode-matmul kernel reads, by value (one struct, not 18 arguments).
+struct DecodeMatmulArguments {
+  const float* x;                   ///< [B, K]
+  const float* weight;              ///< packed [T][padded_rows][64]
+  const float* bias;                ///< [N] or null
+  float* out;                       ///< [B, N] or null (LM head without logits)
+  float* candidate_values;          ///< [B, T] or null
+  std::int32_t* candidate_indices;  ///< [B, T] or null
+  float* partials;                  ///< [S][T][B][64] when S > 1
+  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
+  int B;
+  int K;
+  int N;
+  int padded_rows;
+  int column_tiles;
+  int chunks;
+  int splits;
+  int chunks_per_split;
+  DecodeEpilogue epilogue;
+  bool out_pairs;  ///< N even and out 8-byte aligned: float2 stores
+};
+
+// ---------------------------------------------------------------- row tiles and shared memory
+
+/// The FFMA path's work split for row tile kRows: a thread owns kThreadRows rows x 4
+/// columns; a warp 2 x 16 lanes, so 2 kThreadRows rows x all 64 columns; the 8 warps
+/// are kRowGroups groups of rows times kKGroups groups of the chunk's rows.
+template <int kRows>
+struct FmaTiling {
+  static constexpr int kThreadRows = kRows >= 16 ? 8 : 4;
+  static constexpr int kWarpRows = 2 * kThreadRows;
+  static constexpr int kRowGroups = kRows / kWarpRows;
+  static constexpr int kKGroups = kWarps / kRowGroups;
+  static_assert(kRowGroups * kWarpRows == kRows && kKGroups * kRowGroups == kWarps,
+                "the warps must tile the rows and the chunk exactly");
+  static_assert((kChunkRows / 4) % kKGroups == 0, "every k-group takes the same steps");
+};
+
+/// The TF32 path's split: warp w takes columns 16 (w % 4) .. + 15 (two n8 tiles) for
+/// every m16 tile of rows, and the chunk's k8 steps w / 4, w / 4 + 2.
+constexpr int kTf32ColumnGroups = kTileColumns / 16;
+constexpr int kTf32KGroups = kWarps / kTf32ColumnGroups;
+
+__host__ __device__ constexpr int stage_floats(int rows) {
+  return kChunkRows * kWeightStride + rows * kXStride;
+}
+
+__host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) {
+  return precision == DecodePrecision::kTf32 ? kTf32KGroups
+                                             : kWarps / (rows / (2 * (rows >= 16 ? 8 : 4)));
+}
+
+/// Dynamic shared memory of a block: the pipeline, or the tail's tiles if larger.
+__host__ __device__ constexpr int shared_bytes(int rows, DecodePrecision precision) {
+  const int pipeline = kStages * stage_floats(rows);
+  const int tail = k_groups(rows, precision) * rows * kTileStride;
+  return static_cast<int>(sizeof(float)) * (pipeline > tail ? pipeline : tail);
+}
+
+int row_tile_for(int B, DecodePrecision precision) {
+  if (B <= 8 && precision == DecodePrecision::kFp32) return 8;
+  if (B <= 16) return 16;
+  if (B <= 32) return 32;
+  return 64;
+}
+
+// ---------------------------------------------------------------- cp.async
+
+/// Copies kBytes global -> shared without holding a register; with fill false the
+/// bytes are zeros. 16 bytes go through L2 only (cp.async.cg: the weight is read once),
+/// 4 bytes (x rows that are not 16-byte aligned) through L1 (cp.async.ca).
+template <int kBytes>
+__device__ __forceinline__ void copy_async(float* shared, const float* global, bool fill) {
+  static_assert(kBytes == 16 || kBytes == 4, "cp.async moves 16 or 4 bytes here");
+  const unsigned int destination = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
+  const int source_bytes = fill ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// ---------------------------------------------------------------- the pipeline
+
+/// Streams chunks first_chunk .. first_chunk + chunk_count - 1 of column tile `tile`
+/// through kStages shared-memory stages and calls compute(w, x) on each, w the chunk
+/// [32][kWeightStride] and x the rows of x for the same 32 k [kRows][kXStride] (zeros
+/// past B and past K). Returns when every copy has landed and every thread is done
+/// with shared memory.
+template <int kRows, bool kXVector, typename Compute>
+__device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, int tile,
+                                              int first_chunk, int chunk_count, float* shared,
+                                              const Compute& compute) {
+  const float* tile_weight =
+      a.weight + static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns;
+  const auto load = [&](int chunk, int stage) {
+    float* w = shared + stage * stage_floats(kRows);
+    float* xs = w + kChunkRows * kWeightStride;
+    const int k0 = (first_chunk + chunk) * kChunkRows;
+    // W: 32 rows x 16 pieces of 16 bytes, contiguous in the packed weight.
+    const float* source = tile_weight + static_cast<std::size_t>(k0) * kTileColumns;
+    constexpr int kPiecesPerRow = kTileColumns / 4;
+    constexpr int kPiecesPerThread = kChunkRows * kPiecesPerRow / kThreads;
+    static_assert(kPiecesPerThread * kThreads == kChunkRows * kPiecesPerRow,
+                  "W pieces split evenly");
+#pragma unroll
+    for (int i = 0; i < kPiecesPerThread; ++i) {
+      const int p = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int row = p / kPiecesPerRow;
+      const int piece = p % kPiecesPerRow;
+      copy_async<16>(w + row * kWeightStride + 4 * piece, source + row * kTileColumns + 4 * piece,
+                     true);
+    }
+    // x [b, k0 .. k0 + 31] for every row of the tile; zeros outside [0, B) x [0, K).
+    if constexpr (kXVector) {
+      constexpr int kXPieces = kChunkRows / 4;
+      for (int p = threadIdx.x; p < kRows * kXPieces; p += kThreads) {
+        const int row = p / kXPieces;
+        const int k = k0 + 4 * (p % kXPieces);
+        const bool inside = row < a.B && k < a.K;  // K % 4 == 0: a piece is all in or all out
+        copy_async<16>(xs + row * kXStride + (k - k0),
+                       inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
+      }
+    } else {
+      for (int p = threadIdx.x; p < kRows * kChunkRows; p += kThreads) {
+        const int row = p / kChunkRows;
+        const int k = k0 + p % kChunkRows;
+        const bool inside = row < a.B && k < a.K;
+        copy_async<4>(xs + row * kXStride + (k - k0),
+                      inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
+      }
+    }
+  };
+
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < chunk_count) load(stage, stage);
+    commit_async_copies();  // an empty group keeps the counting below uniform
+  }
+  for (int chunk = 0; chunk < chunk_count; ++chunk) {
+    wait_async_copies<kStages - 2>();  // this thread's copies of `chunk` have landed
+    __syncthreads();                   // everyone's have, and chunk - 1's stage is free
+    const int ahead = chunk + kStages - 1;
+    if (ahead < chunk_count) load(ahead, ahead % kStages);
+    commit_async_copies();
+    const float* w = shared + (chunk % kStages) * stage_floats(kRows);
+    compute(w, w + kChunkRows * kWeightStride);
+  }
+  wait_async_copies<0>();
+  __syncthreads();
+}
+
+// ---------------------------------------------------------------- the tail
+
+/// Adds the k-groups' tiles (tile g at shared + g * kRows * kTileStride) in group order
+/// into the first; rows below B only.
+template <int kRows>
+__device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
+  constexpr int kQuads = kTileColumns / 4;
+  for (int e = threadIdx.x; e < B * kQuads; e += kThreads) {
+    const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
+    float4 sum = *reinterpret_cast<const float4*>(shared + offset);
+    for (int g = 1; g < groups; ++g) {
+      const float4 more =
+          *reinterpret_cast<const float4*>(shared + g * kRows * kTileStride + offset);
+      sum.x += more.x;
+      sum.y += more.y;
+      sum.z += more.z;
+      sum.w += more.w;
+    }
+    *reinterpret_cast<float4*>(shared + offset) = sum;
+  }
+  __syncthreads();
+}
+
+/// With S > 1: writes this block's tile to the workspace; the block that completes the
+/// tile's set sums the S partials in split order into `tile` and returns true, the
+/// others return false (and have nothing left to do). With S = 1: true at once.
+__device__ __forceinline__ bool gather_splits(const DecodeMatmulArguments& a, int tile, int split,
+                                              float* tile_values) {
+  if (a.splits == 1) return true;
+  __shared__ bool last_to_arrive;
+  constexpr int kQuads = kTileColumns / 4;
+  const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
+  const auto partial = [&](int s) {
+    return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;
+  };
+  float* mine = partial(split);
+  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
+    const int row = e / kQuads;
+    const int column = 4 * (e % kQuads);
+    __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
+           *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
+  }
+  __threadfence();  // the partial is visible device-wide before the counter moves
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int arrived = atomicAdd(a.tile_counters + tile, 1u);
+    last_to_arrive = arrived == static_cast<unsigned int>(a.splits - 1);
+  }
+  __syncthreads();
+  if (!last_to_arrive) return false;
+  __threadfence();  // see the other blocks' partials, not stale lines
+  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
+    const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
+    float4 sum = __ldcg(reinterpret_cast<const float4*>(partial(0) + offset));
+#pragma unroll 4
+    for (int s = 1; s < a.splits; ++s) {  // unrolled: several loads in flight
+      const float4 more = __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
+      sum.x += more.x;
+      sum.y += more.y;
+      sum.z += more.z;
+      sum.w += more.w;
+    }
+    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) = sum;
+  }
+  if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
+  __syncthreads();
+  return true;
+}
+
+/// The epilogue on the finished tile [B][kTileStride] (columns 64 tile ..): warp w takes
+/// rows w, w + 8, ...; lane l columns 2 l and 2 l + 1. Writes out and, for the LM head,
+/// each row's best (value, index) of the tile.
+__device__ __forceinline__ void store_tile(const DecodeMatmulArguments& a, int tile,
+                                           const float* tile_values) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int first_column = tile * kTileColumns + 2 * lane;
+  for (int b = warp; b < a.B; b += kWarps) {
+    const float2 pair = *reinterpret_cast<const float2*>(tile_values + b * kTileStride + 2 * lane);
+    float values[2] = {pair.x, pair.y};
+    float* out_row = a.out != nullptr ? a.out + static_cast<std::size_t>(b) * a.N : nullptr;
+    Candidate best = no_candidate();
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = first_column + j;
+      if (n >= a.N) continue;
+      float y = values[j];
+      if (a.epilogue != DecodeEpilogue::kNone) y += a.bias[n];
+      if (a.epilogue == DecodeEpilogue::kBiasGelu) y = gelu(y);
+      if (a.epilogue == DecodeEpilogue::kBiasResidual) y += out_row[n];
+      values[j] = y;
+      const Candidate mine{y, n};
+      if (beats(mine, best)) best = mine;
+    }
+    if (out_row != nullptr) {
+      if (a.out_pairs && first_column + 1 < a.N) {
+        *reinterpret_cast<float2*>(out_row + first_column) = make_float2(values[0], values[1]);
+      } else {
+        for (int j = 0; j < 2; ++j)
+          if (first_column + j < a.N) out_row[first_column + j] = values[j];
+      }
+    }
+    if (a.candidate_values != nullptr) {
+      best = warp_argmax(best);
+      if (lane == 0) {
+        a.candidate_values[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.value;
+        a.candidate_indices[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.index;
+      }
+    }
+  }
+}
+
+/// The chunks of split `split`: [first, first + count).
+struct ChunkRange {
+  int first;
+  int count;
+};
+
+__device__ __forceinline__ ChunkRange chunk_range(const DecodeMatmulArguments& a, int split) {
+  const int first = split * a.chunks_per_split;
+  return ChunkRange{first, min(a.chunks_per_split, a.chunks - first)};
+}
+
+/// The block's dynamic shared memory (16-byte aligned: float4 copies land there).
+__device__ __forceinline__ float* dynamic_shared_memory() {
+  extern __shared__ float4 shared_storage[];
+  return reinterpret_cast<float*>(shared_storage);
+}
+
+// ---------------------------------------------------------------- fp32: FFMA
+
+// Math:   y = x W over this block's rows of K, for the rows of x below B and the 64
+//         columns of tile blockIdx.y; then the tail (splits, epilogue).
+// Shapes: see DecodeMatmulArguments; kRows >= B.
+// Grid:   (S, T) blocks of 256 threads. Warp w: row group w % kRowGroups, k-group
+//         w / kRowGroups; lane l: rows (l / 16) kThreadRows + [0, kThreadRows) of the
+//         warp's rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
+//         thread loads 4 float4 of W and one float4 of x per row (a broadcast: all 16
+//         lanes of a half-warp read the same address) for 16 FFMA per row.
+template <int kRows, bool kXVector>
+__global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
+    decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
+  using Tiling = FmaTiling<kRows>;
+  constexpr int kThreadRows = Tiling::kThreadRows;
+  float* shared = dynamic_shared_memory();
+  const int split = blockIdx.x;
+  const int tile = blockIdx.y;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int row_group = warp % Tiling::kRowGroups;
+  const int k_group = warp / Tiling::kRowGroups;
+  const int first_row = row_group * Tiling::kWarpRows + (lane / 16) * kThreadRows;
+  const int column = 4 * (lane % 16);
+
+  float sums[kThreadRows][4] = {};
+  const ChunkRange range = chunk_range(a, split);
+  stream_chunks<kRows, kXVector>(
+      a, tile, range.first, range.count, shared, [&](const float* w, const float* xs) {
+        constexpr int kSteps = kChunkRows / 4 / Tiling::kKGroups;
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+          const int k = 4 * (k_group + step * Tiling::kKGroups);
+          float4 weights[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            weights[i] = *reinterpret_cast<const float4*>(w + (k + i) * kWeightStride + column);
+#pragma unroll
+          for (int r = 0; r < kThreadRows; ++r) {
+            const float4 xv = *reinterpret_cast<const float4*>(xs + (first_row + r) * kXStride + k);
+            const float x_k[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              sums[r][0] = fmaf(x_k[i], weights[i].x, sums[r][0]);
+              sums[r][1] = fmaf(x_k[i], weights[i].y, sums[r][1]);
+              sums[r][2] = fmaf(x_k[i], weights[i].z, sums[r][2]);
+              sums[r][3] = fmaf(x_k[i], weights[i].w, sums[r][3]);
+            }
+          }
+        }
+      });
+
+  float* group_tile = shared + k_group * kRows * kTileStride;
+#pragma unroll
+  for (int r = 0; r < kThreadRows; ++r)
+    *reinterpret_cast<float4*>(group_tile + (first_row + r) * kTileStride + column) =
+        make_float4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
+  __syncthreads();
+  sum_k_groups<kRows>(shared, Tiling::kKGroups, a.B);
+  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+}
+
+// ---------------------------------------------------------------- tf32: mma.sync
+
+/// fp32 -> tf32, rounded to nearest (the bits of a float with a 10-bit mantissa).
+__device__ __forceinline__ std::uint32_t to_tf32(float value) {
+  std::uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(value));
+  return bits;
+}
+
+/// d += a b for one m16n8k8 tile: a 16 x 8 (row), b 8 x 8 (col), d 16 x 8 fp32.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)[4],
+                                         const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Math:   as decode_matmul_fp32_kernel, the products on the tensor cores in TF32.
+// Shapes: as there; kRows in {16, 32, 64}.
+// Grid:   (S, T) blocks of 256 threads. Warp w: columns 16 (w % 4) .. + 15 as two n8
+//         tiles, all kRows / 16 m16 tiles of rows, the chunk's k8 steps w / 4 and
+//         w / 4 + 2. Lane l = 4 g + t holds the PTX fragments: a (rows g, g + 8; k t,
+//         t + 4), b (k t, t + 4; column g), d (rows g, g + 8; columns 2 t, 2 t + 1).
+template <int kRows, bool kXVector>
+__global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
+    decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {
+  constexpr int kMTiles = kRows / 16;
+  static_assert(kMTiles * 16 == kRows, "tf32 row tiles are multiples of 16");
+  float* shared = dynamic_shared_memory();
+  const int split = blockIdx.x;
+  const int tile = blockIdx.y;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int column_group = warp % kTf32ColumnGroups;
+  const int k_group = warp / kTf32ColumnGroups;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  float sums[kMTiles][2][4] = {};
+  const ChunkRange range = chunk_range(a, split);
+  stream_chunks<kRows, kXVector>(
+      a, tile, range.first, range.count, shared, [&](const float* w, const float* xs) {
+        constexpr int kSteps = kChunkRows / 8 / kTf32KGroups;
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+          const int k = 8 * (k_group + step * kTf32KGroups);
+          std::uint32_t b[2][2];
+#pragma unroll
+          for (int n8 = 0; n8 < 2; ++n8) {
+            const int n = 16 * column_group + 8 * n8 + g;
+            b[n8][0] = to_tf32(w[(k + t) * kWeightStride + n]);
+            b[n8][1] = to_tf32(w[(k + t + 4) * kWeightStride + n]);
+          }
+#pragma unroll
+          for (int m16 = 0; m16 < kMTiles; ++m16) {
+            const float* x_rows = xs + (16 * m16 + g) * kXStride + k + t;
+            const std::uint32_t a_fragment[4] = {to_tf32(x_rows[0]), to_tf32(x_rows[8 * kXStride]),
+                                                 to_tf32(x_rows[4]),
+                                                 to_tf32(x_rows[8 * kXStride + 4])};
+            mma_tf32(sums[m16][0], a_fragment, b[0]);
+            mma_tf32(sums[m16][1], a_fragment, b[1]);
+          }
+        }
+      });
+
+  float* group_tile = shared + k_group * kRows * kTileStride;
+#pragma unroll
+  for (int m16 = 0; m16 < kMTiles; ++m16) {
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8) {
+      float* d = group_tile + (16 * m16 + g) * kTileStride + 16 * column_group + 8 * n8 + 2 * t;
+      *reinterpret_cast<float2*>(d) = make_float2(sums[m16][n8][0], sums[m16][n8][1]);
+      *reinterpret_cast<float2*>(d + 8 * kTileStride) =
+          make_float2(sums[m16][n8][2], sums[m16][n8][3]);
+    }
+  }
+  __syncthreads();
+  sum_k_groups<kRows>(shared, kTf32KGroups, a.B);
+  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+}
+
+// ---------------------------------------------------------------- host side
+
+using KernelPointer = void (*)(DecodeMatmulArguments);
+
+/// The kernel for a row tile, a precision and the x path.
+KernelPointer kernel_for(int rows, DecodePrecision precision, bool x_vector) {
+  if (precision == DecodePrecision::kTf32) {
+    switch (rows) {
+      case 16:
+        return x_vector ? decode_matmul_tf32_kernel<16, true>
+                        : decode_matmul_tf32_kernel<16, false>;
+      case 32:
+        return x_vector ? decode_matmul_tf32_kernel<32, true>
+                        : decode_matmul_tf32_kernel<32, false>;
+      default:
+        return x_vector ? decode_matmul_tf32_kernel<64, true>
+                        : decode_matmul_tf32_kernel<64, false>;
+    }
+  }
+  switch (rows) {
+    case 8:
+      return x_vector ? decode_matmul_fp32_kernel<8, true> : decode_matmul_fp32_kernel<8, false>;
+    case 16:
+      return x_vector ? decode_matmul_fp32_kernel<16, true> : decode_matmul_fp32_kernel<16, false>;
+    case 32:
+      return x_vector ? decode_matmul_fp32_kernel<32, true> : decode_matmul_fp32_kernel<32, false>;
+    default:
+      return x_vector ? decode_matmul_fp32_kernel<64, true> : decode_matmul_fp32_kernel<64, false>;
+  }
+}
+
+/// Every (rows, precision) the launchers use.
+struct KernelVariant {
+  int rows;
+  DecodePrecision precision;
+};
+constexpr KernelVariant kVariants[] = {{8, DecodePrecision::kFp32},  {16, DecodePrecision::kFp32},
+                                       {32, DecodePrecision::kFp32}, {64, DecodePrecision::kFp32},
+                                       {16, DecodePrecision::kTf32}, {32, DecodePrecision::kTf32},
+                                       {64, DecodePrecision::kTf32}};
+
+/// The most partial floats and counters any plan can ask for: a split plan (S > 1) has
+/// at most 2 slots blocks (plan_decode_matmul), so T S <= 2 slots and T <= slots.
+std::size_t max_partial_floats(int multiprocessors) {
+  return std::size_t{2} * kTargetBlocksPerMultiprocessor * multiprocessors * kDecodeMaxRows *
+         kTileColumns;
+}
+
+struct ProductPointers {
+  const float* x;
+  const float* weight;
+  const float* bias;
+  float* out;
+  float* candidate_values;
+  std::int32_t* candidate_indices;
+};
+
+void run_product(const char* launcher, const ProductPointers& p, int B, int K, int N,
+                 DecodeEpilogue epilogue, DecodePrecision precision,
+                 DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+  launch_checks::require(launch_checks::is_16_byte_aligned(p.weight), launcher,
+                         "the packed weight must be 16-byte aligned");
+  launch_checks::require(DecodeWeightLayout::of(K, N).column_tiles <= kMaxGridY, launcher,
+                         "N must be at most 65535 * 64 (one block row per column tile)");
+  const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
+  if (plan.splits > 1) {
+    launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
+                               plan.column_tiles <= workspace.tile_counter_count(),
+                           launcher, "the workspace is too small for this product");
+  }
+  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
+  DecodeMatmulArguments arguments{};
+  arguments.x = p.x;
+  arguments.weight = p.weight;
+  arguments.bias = p.bias;
+  arguments.out = p.out;
+  arguments.candidate_values = p.candidate_values;
+  arguments.candidate_indices = p.candidate_indices;
+  arguments.partials = workspace.partials();
+  arguments.tile_counters = workspace.tile_counters();
+  arguments.B = B;
+  arguments.K = K;
+  arguments.N = N;
+  arguments.padded_rows = layout.padded_rows;
+  arguments.column_tiles = plan.column_tiles;
+  arguments.chunks = plan.chunks;
+  arguments.splits = plan.splits;
+  arguments.chunks_per_split = plan.chunks_per_split;
+  arguments.epilogue = epilogue;
+  arguments.out_pairs =
+      p.out != nullptr && N % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0;
+  const bool x_vector = K % 4 == 0 && launch_checks::is_16_byte_aligned(p.x);
+  const dim3 grid(static_cast<unsigned int>(plan.splits),
+                  static_cast<unsigned int>(plan.column_tiles));
+  void* parameters[] = {&arguments};
+  CUDA_CHECK(cudaLaunchKernel(
+      reinterpret_cast<const void*>(kernel_for(plan.row_tile, precision, x_vector)), grid,
+      dim3(kThreads), parameters, static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)),
+      stream));
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+/// The floats of the [rows, columns] device matrix at `device`, on the host.
+std::vector<float> download_matrix(const float* device, int rows, int columns) {
+  std::vector<float> host(static_cast<std::size_t>(rows) * columns);
+  CUDA_CHECK(cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+}  // namespace
+
+DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
+                                    DecodePrecision precision) {
+  constexpr const char* kName = "plan_decode_matmul";
+  launch_checks::require_positive(
+      kName, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
+  if (B > kDecodeMaxRows)
+    launch_checks::fail(kName, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
+                                   std::to_string(B) + ")");
+  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
+  DecodeMatmulPlan plan;
+  plan.row_tile = row_tile_for(B, precision);
+  plan.column_tiles = layout.column_tiles;
+  plan.chunks = layout.padded_rows / kChunkRows;
+  // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
+  // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
+  // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
+  // tiles to add up); at most 2 slots blocks (the workspace's size).
+  const long long slots = static_cast<long long>(kTargetBlocksPerMultiprocessor) * multiprocessors;
+  long long best_cost = -1;
+  for (int wanted = 1; wanted <= plan.chunks; ++wanted) {
+    const int chunks_per_split = (plan.chunks + wanted - 1) / wanted;
+    const int splits = (plan.chunks + chunks_per_split - 1) / chunks_per_split;
+    const long long blocks = static_cast<long long>(splits) * plan.column_tiles;
+    if (splits > 1 && blocks > 2 * slots) break;  // more splits only add blocks
+    const long long cost = (blocks + slots - 1) / slots * chunks_per_split;
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      plan.splits = splits;
+      plan.chunks_per_split = chunks_per_split;
+    }
+  }
+  plan.partial_floats =
+      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
+                      : 0;
+  return plan;
+}
+
+PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
+  const Gpt2Config& config = model.config();
+  const int C = config.n_embd;
+  const int V = config.vocab_size;
+  // Every packed weight in model order: offsets first, one allocation, then the copies.
+  struct Packing {
+    const float* source;
+    int K;
+    int N;
+    bool transposed;  ///< source is [N, K] (wte), not [K, N]
+    std::size_t offset;
+  };
+  std::vector<Packing> packings;
+  std::size_t floats = 0;
+  const auto add = [&](const float* source, int K, int N, bool transposed) {
+    packings.push_back(Packing{source, K, N, transposed, floats});
+    floats += DecodeWeightLayout::of(K, N).packed_floats();
+  };
+  for (int index = 0; index < config.n_layer; ++index) {
+    const DeviceLayer layer = model.layer(index);
+    add(layer.qkv_weight, C, 3 * C, false);
+    add(layer.attn_proj_weight, C, C, false);
+    add(layer.fc_weight, C, 4 * C, false);
+    add(layer.mlp_proj_weight, 4 * C, C, false);
+  }
+  add(model.token_embedding(), C, V, true);
+
+  const cudaError_t status = cudaMalloc(&values_, floats * sizeof(float));
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw DeviceOutOfMemory("out of device memory: the packed decode weights need " +
+                            format_bytes(static_cast<double>(floats * sizeof(float))));
+  }
+  CUDA_CHECK(status);
+  floats_ = floats;
+  try {
+    for (const Packing& packing : packings) {
+      const std::vector<float> packed =
+          packing.transposed
+              ? pack_decode_weight_transposed(
+                    download_matrix(packing.source, packing.N, packing.K).data(), packing.N,
+                    packing.K)
+              : pack_decode_weight(download_matrix(packing.source, packing.K, packing.N).data(),
+                                   packing.K, packing.N);
+      CUDA_CHECK(cudaMemcpy(values_ + packing.offset, packed.data(), packed.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+  } catch (...) {
+    cudaFree(values_);
+    throw;
+  }
+  for (int index = 0; index < config.n_layer; ++index) {
+    const Packing* at = packings.data() + 4 * index;
+    layers_.push_back(Layer{values_ + at[0].offset, values_ + at[1].offset, values_ + at[2].offset,
+                            values_ + at[3].offset});
+  }
+  lm_head_weight_ = values_ + packings.back().offset;
+}
+
+PackedDecodeModel::~PackedDecodeModel() {
+  cudaFree(values_);  // a destructor must not throw
+}
+
+DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
+  partial_floats_ = max_partial_floats(multiprocessors_);
+  tile_counter_count_ = kTargetBlocksPerMultiprocessor * multiprocessors_;
+  CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));
+  const cudaError_t counters_status = cudaMalloc(
+      &tile_counters_, static_cast<std::size_t>(tile_counter_count_) * sizeof(unsigned int));
+  if (counters_status != cudaSuccess) {
+    cudaFree(partials_);
+    CUDA_CHECK(counters_status);
+  }
+  try {
+    CUDA_CHECK(cudaMemset(tile_counters_, 0,
+                          static_cast<std::size_t>(tile_counter_count_) * sizeof(unsigned int)));
+    for (const KernelVariant variant : kVariants) {
+      for (const bool x_vector : {false, true}) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel_for(variant.rows, variant.precision, x_vector),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        shared_bytes(variant.rows, variant.precision)));
+      }
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any launch
+  } catch (...) {
+    cudaFree(partials_);
+    cudaFree(tile_counters_);
+    throw;
+  }
+}
+
+DecodeMatmulWorkspace::~DecodeMatmulWorkspace() {
+  cudaFree(partials_);  // a destructor must not throw
+  cudaFree(tile_counters_);
+}
+
+void launch_decode_matmul(const float* x, const float* packed_weight, const float* bias, float* out,
+                          int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
+                          DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+  constexpr const char* kName = "launch_decode_matmul";
+  launch_checks::require_not_null(kName,
+                                  {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
+  if (epilogue == DecodeEpilogue::kNone) {
+    launch_checks::require(bias == nullptr, kName,
+                           "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");
+  } else {
+    launch_checks::require_not_null(kName, "bias", bias);
+  }
+  launch_checks::require_positive(kName, {{"B", B}, {"K", K}, {"N", N}});
+  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  run_product(kName, ProductPointers{x, packed_weight, bias, out, nullptr, nullptr}, B, K, N,
+              epilogue, precision, workspace, stream);
+}
+
+void launch_decode_lm_head(const float* x, const float* packed_wte, float* logits,
+                           float* candidate_values, std::int32_t* candidate_indices, int B, int C,
+                           int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
+                           cudaStream_t stream) {
+  constexpr const char* kName = "launch_decode_lm_head";
+  launch_checks::require_not_null(kName, {{"x", x}, {"packed_wte", packed_wte}});
+  launch_checks::require((candidate_values == nullptr) == (candidate_indices == nullptr), kName,
+                         "candidate_values and candidate_indices must both be given or both null");
+  launch_checks::require(logits != nullptr || candidate_values != nullptr, kName,
+                         "nothing to write: give logits, candidates or both");
+  launch_checks::require_positive(kName, {{"B", B}, {"C", C}, {"V", V}});
+  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  run_product(kName,
+              ProductPointers{x, packed_wte, nullptr, logits, candidate_values, candidate_indices},
+              B, C, V, DecodeEpilogue::kNone, precision, workspace, stream);
+}
+
+}  // namespace ladder

@@ -1,0 +1,178 @@
+// kernels/decode_matmul.cuh - matrix products written for decode: a few rows (B <= 64)
+// against a large weight, y = x W (+ a fused epilogue), and the tied LM head with the
+// argmax's first pass fused.
+//
+// Notation
+//   B     rows of x: the batch, one token per row (1 <= B <= kDecodeMaxRows = 64)
+//   K     inner dimension (in_features; C for the LM head)
+//   N     output columns (out_features; V for the LM head)
+//   T     column tiles of the packed weight, ceil(N / 64) (decode_matmul_layout.hpp)
+//   S     splits of K: the blocks that share one column tile, each summing a range of K
+//
+// Math
+//   y[b, n] = sum_k x[b, k] W[k, n]       x [B, K] row-major, W [K, N] packed
+//   kNone          out = y
+//   kBias          out = y + bias
+//   kBiasGelu      out = gelu(y + bias)        (GPT-2's tanh GELU, device_primitives.cuh)
+//   kBiasResidual  out = out + y + bias        (out is the residual stream, in place)
+//   LM head        logits = x wte^T, W = wte^T packed (pack_decode_weight_transposed),
+//                  and per column tile t and row b the best (value, index) of the tile
+//                  under the argmax order of argmax_order.cuh (ties to the lower index,
+//                  NaN first): candidates [B, T], which a second pass reduces to the token.
+//
+// Why not a library GEMM: at M = B rows the product is a stream of the weight past a
+// few rows of x, and the time is the bytes of W over the memory bandwidth (at B = 32
+// in plain fp32 it also reaches the FMA rate: 16 FLOP per weight byte). So every byte
+// of W is read once, in 16-byte pieces, by exactly one block; all B rows of x meet it
+// on chip (the rows of x for a chunk's 32 k sit in shared memory beside it); and the
+// grid is cut fine enough (over N, and over K for the narrow products) that every
+// multiprocessor streams. The price of 64-column tiles: x is read from L2 once per
+// tile, T B K floats in all, B / 64 of the weight's bytes (half at B = 32).
+//
+// Grid: blocks (s, t) for s < S, t < T, 256 threads. Block (s, t) streams its range of
+// rows of column tile t - one contiguous run of the packed weight - through shared
+// memory in chunks of 32 rows (8 KiB), four stages deep with cp.async, the matching
+// 32 columns of x [B, 32] beside each chunk; its 8 warps split the chunk's rows among
+// them and multiply-add (fp32: FFMA; tf32: mma.sync m16n8k8 on the tensor cores).
+// Bytes in flight: three chunks ahead per block, 24 KiB, and two blocks per
+// multiprocessor, 48 KiB; Little's law asks ~4.3 TB/s x ~700 ns = ~3 MB over the chip,
+// ~23 KiB per multiprocessor.
+// Sums, in a fixed order (bit-identical repeat runs, no float atomics): each warp over
+// its rows in order; the warps of a block in warp order; with S > 1 the splits in split
+// order: every block writes its partial tile to the workspace and bumps the tile's
+// integer counter, and the block that arrives last adds the S partials, 0 to S - 1,
+// applies the epilogue and resets the counter for the next launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/device_model.hpp"
+#include "kernels/decode_matmul_layout.hpp"
+
+namespace ladder {
+
+/// The most rows the decode matmuls take (x [B, K] with B <= 64).
+constexpr int kDecodeMaxRows = 64;
+
+/// What the product does before it is stored.
+enum class DecodeEpilogue {
+  kNone,          ///< out = x W
+  kBias,          ///< out = x W + bias
+  kBiasGelu,      ///< out = gelu(x W + bias)
+  kBiasResidual,  ///< out += x W + bias (the residual stream, read and written)
+};
+
+/// Plain fp32 multiply-adds (the default everywhere), or TF32 tensor cores: inputs
+/// rounded to a 10-bit mantissa, fp32 accumulation (~1e-3 relative error).
+enum class DecodePrecision { kFp32, kTf32 };
+
+/// How one product is cut into blocks (a pure function of the shape, the precision and
+/// the multiprocessor count, so one device always sums in the same order).
+struct DecodeMatmulPlan {
+  int row_tile = 0;                ///< B rounded up to the kernel's row tile (8, 16, 32 or 64)
+  int column_tiles = 0;            ///< T
+  int chunks = 0;                  ///< 32-row chunks of the padded K
+  int splits = 0;                  ///< S
+  int chunks_per_split = 0;        ///< chunks one block streams (the last split may have fewer)
+  std::size_t partial_floats = 0;  ///< workspace floats for the split partial sums (S > 1)
+};
+
+/// The plan of a [B, K] x [K, N] product. Splits K where that shortens the longest
+/// block's stream for the waves of blocks it adds (two resident blocks per
+/// multiprocessor), at most 4 blocks per multiprocessor in all. Throws std::invalid_argument on B
+/// outside [1, 64], K or N <= 0, or multiprocessors <= 0.
+DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
+                                    DecodePrecision precision);
+
+/// A model's matmul weights packed for the decode matmuls, once, when it is loaded:
+/// every layer's four Conv1D weights (pack_decode_weight) and the tied LM head's wte
+/// (pack_decode_weight_transposed: W = wte^T [C, V]), in one device allocation. Each is
+/// read from the DeviceModel, packed on the host and uploaded; the biases, LayerNorms
+/// and embeddings stay where the DeviceModel has them.
+class PackedDecodeModel {
+ public:
+  struct Layer {
+    const float* qkv_weight;        ///< [C, 3C] packed
+    const float* attn_proj_weight;  ///< [C, C] packed
+    const float* fc_weight;         ///< [C, 4C] packed
+    const float* mlp_proj_weight;   ///< [4C, C] packed
+  };
+
+  /// Throws ladder::DeviceOutOfMemory or ladder::CudaError when the upload fails.
+  explicit PackedDecodeModel(const DeviceModel& model);
+  ~PackedDecodeModel();
+  PackedDecodeModel(const PackedDecodeModel&) = delete;
+  PackedDecodeModel& operator=(const PackedDecodeModel&) = delete;
+
+  Layer layer(int index) const { return layers_.at(static_cast<std::size_t>(index)); }
+  /// wte^T [C, V] packed: the LM head's weight for launch_decode_lm_head.
+  const float* lm_head_weight() const { return lm_head_weight_; }
+  /// Bytes of packed weights on the device (the padding included).
+  std::size_t bytes() const { return floats_ * sizeof(float); }
+
+ private:
+  float* values_ = nullptr;
+  std::size_t floats_ = 0;
+  std::vector<Layer> layers_;
+  const float* lm_head_weight_ = nullptr;
+};
+
+/// Device scratch for the split sums (partial tiles and one counter per column tile),
+/// sized for every product the launchers accept on the current device, and the kernels'
+/// shared-memory limits raised. Construct it once, before the loop (and before a graph
+/// capture); it allocates nothing afterwards. Two products running at once on one
+/// workspace would mix their partial sums: keep one workspace per stream.
+class DecodeMatmulWorkspace {
+ public:
+  /// Throws ladder::CudaError when the allocation or an attribute call fails.
+  DecodeMatmulWorkspace();
+  ~DecodeMatmulWorkspace();
+  DecodeMatmulWorkspace(const DecodeMatmulWorkspace&) = delete;
+  DecodeMatmulWorkspace& operator=(const DecodeMatmulWorkspace&) = delete;
+
+  int multiprocessors() const { return multiprocessors_; }
+  float* partials() const { return partials_; }
+  std::size_t partial_floats() const { return partial_floats_; }
+  unsigned int* tile_counters() const { return tile_counters_; }
+  int tile_counter_count() const { return tile_counter_count_; }
+
+ private:
+  int multiprocessors_ = 0;
+  float* partials_ = nullptr;
+  std::size_t partial_floats_ = 0;
+  unsigned int* tile_counters_ = nullptr;
+  int tile_counter_count_ = 0;
+};
+
+/// out = epilogue(x W [+ bias]) on `stream`, with x [B, K] fp32 row-major, W [K, N]
+/// packed by pack_decode_weight (16-byte aligned), bias [N] (null exactly when the
+/// epilogue is kNone), out [B, N]. out must not overlap x or W; with kBiasResidual out
+/// holds the residual stream on entry. Any K and N; x and out need no alignment (16-byte
+/// aligned x with K % 4 == 0 takes 16-byte copies, even N with an 8-byte aligned out
+/// takes paired stores).
+/// Throws std::invalid_argument on a null pointer, a bias with kNone, B outside [1, 64],
+/// K or N <= 0, or a weight that is not 16-byte aligned.
+void launch_decode_matmul(const float* x, const float* packed_weight, const float* bias, float* out,
+                          int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
+                          DecodeMatmulWorkspace& workspace, cudaStream_t stream);
+
+/// Candidates the LM head leaves per row: one per column tile, ceil(V / 64).
+inline int decode_lm_head_candidates(int V) { return DecodeWeightLayout::of(1, V).column_tiles; }
+
+/// The tied LM head, logits = x wte^T, and the argmax's first pass: x [B, C], wte packed
+/// by pack_decode_weight_transposed(wte, V, C); logits [B, V] (null: not written);
+/// candidate_values and candidate_indices [B, decode_lm_head_candidates(V)] (both null:
+/// not written), where entry (b, t) is the winner of row b among columns 64 t .. 64 t + 63
+/// (argmax_order.cuh). The argmax of row b is the winner among its candidates.
+/// Throws std::invalid_argument as launch_decode_matmul, when only one of the candidate
+/// pointers is null, or when logits and candidates are all null.
+void launch_decode_lm_head(const float* x, const float* packed_wte, float* logits,
+                           float* candidate_values, std::int32_t* candidate_indices, int B, int C,
+                           int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
+                           cudaStream_t stream);
+
+}  // namespace ladder

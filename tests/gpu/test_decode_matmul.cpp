@@ -1,0 +1,566 @@
+// tests/gpu/test_decode_matmul.cpp - kernels/decode_matmul (the decode matmuls on packed
+// weights) against reference::linear (+ gelu, + the residual add) and reference::lm_head,
+// the LM head's argmax first pass against reference::argmax, ties and NaN included.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "common/device_model.hpp"
+#include "common/reference.hpp"
+#include "common/weights.hpp"
+#include "kernels/decode_matmul.cuh"
+#include "kernels/sampling.cuh"
+#include "tests/gpu/device_test_helpers.hpp"
+
+namespace ladder {
+namespace {
+
+constexpr double kFp32Tolerance = 1e-5;  // plain fp32 FFMA, against the fp64 reference
+constexpr double kTf32Tolerance = 5e-3;  // TF32 keeps a 10-bit mantissa: ~1e-4 here, a bound
+
+double tolerance(DecodePrecision precision) {
+  return precision == DecodePrecision::kFp32 ? kFp32Tolerance : kTf32Tolerance;
+}
+
+struct Shape {
+  int K;
+  int N;
+};
+// GPT-2 small's four products (qkv, attention projection, MLP up, MLP down), and
+// GPT-2 medium's (C = 1024).
+const Shape kGpt2Shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+const Shape kGpt2MediumShapes[] = {{1024, 3072}, {1024, 1024}, {1024, 4096}, {4096, 1024}};
+// Sizes that are multiples of nothing: K = 97 takes the 4-byte x path, N = 1 one column.
+const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}};
+
+constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
+                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
+
+/// A stream and its own workspace, as a decode loop sets them up.
+struct DecodeQueue {
+  test::DeviceStream stream;
+  DecodeMatmulWorkspace workspace;
+};
+
+/// A weight W [K, N] with its packed copy on the device.
+struct PackedWeight {
+  PackedWeight(std::mt19937& rng, int K, int N)
+      : weight(test::random_matrix(rng, K, N, -1.0f, 1.0f)),
+        packed(pack_decode_weight(weight.data(), K, N)) {}
+  std::vector<float> weight;
+  test::DeviceArray<float> packed;
+};
+
+/// What launch_decode_matmul must produce, from the fp64-accumulating reference:
+/// `with_bias` = x W + bias, `without_bias` = x W, residual [B, N] for kBiasResidual.
+std::vector<float> expected_output(const std::vector<float>& without_bias,
+                                   const std::vector<float>& with_bias,
+                                   const std::vector<float>& residual, DecodeEpilogue epilogue) {
+  switch (epilogue) {
+    case DecodeEpilogue::kNone:
+      return without_bias;
+    case DecodeEpilogue::kBias:
+      return with_bias;
+    case DecodeEpilogue::kBiasGelu: {
+      std::vector<float> out(with_bias.size());
+      reference::gelu(with_bias.data(), out.data(), out.size());
+      return out;
+    }
+    case DecodeEpilogue::kBiasResidual: {
+      std::vector<float> out(with_bias.size());
+      reference::add(residual.data(), with_bias.data(), out.data(), out.size());
+      return out;
+    }
+  }
+  return {};
+}
+
+/// Runs one product into a fresh output - poisoned, or holding `residual` for
+/// kBiasResidual - and returns what the output holds afterwards.
+std::vector<float> run_product(DecodeQueue& queue, const float* x, const float* packed,
+                               const float* bias, const std::vector<float>& residual, int B, int K,
+                               int N, DecodeEpilogue epilogue, DecodePrecision precision) {
+  test::DeviceArray<float> out(static_cast<std::size_t>(B) * N);
+  if (epilogue == DecodeEpilogue::kBiasResidual) {
+    out.upload(residual);
+  } else {
+    out.poison();
+  }
+  launch_decode_matmul(x, packed, epilogue == DecodeEpilogue::kNone ? nullptr : bias, out.get(), B,
+                       K, N, epilogue, precision, queue.workspace, queue.stream.get());
+  queue.stream.synchronize();
+  return out.download();
+}
+
+/// For each B: fresh x, every epilogue, checked against the reference within `tolerance`.
+void check_products(std::mt19937& rng, DecodeQueue& queue, const Shape shape,
+                    std::initializer_list<int> batches, DecodePrecision precision,
+                    double tolerance) {
+  const int K = shape.K;
+  const int N = shape.N;
+  const PackedWeight weight(rng, K, N);
+  const std::vector<float> bias = test::random_uniform(rng, N, -2.0f, 2.0f);
+  const test::DeviceArray<float> bias_device(bias);
+  for (const int B : batches) {
+    const std::vector<float> x = test::random_matrix(rng, B, K, -1.0f, 1.0f);
+    const std::vector<float> residual = test::random_matrix(rng, B, N, -3.0f, 3.0f);
+    const test::DeviceArray<float> x_device(x);
+    std::vector<float> without_bias(static_cast<std::size_t>(B) * N);
+    std::vector<float> with_bias(without_bias.size());
+    reference::linear(x.data(), weight.weight.data(), nullptr, without_bias.data(), B, K, N);
+    reference::linear(x.data(), weight.weight.data(), bias.data(), with_bias.data(), B, K, N);
+    for (const DecodeEpilogue epilogue : kEpilogues) {
+      CAPTURE(B, K, N, static_cast<int>(epilogue), static_cast<int>(precision));
+      const std::vector<float> y =
+          run_product(queue, x_device.get(), weight.packed.get(), bias_device.get(), residual, B, K,
+                      N, epilogue, precision);
+      CHECK(test::checked_relative_error(
+                y, expected_output(without_bias, with_bias, residual, epilogue)) <= tolerance);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- products
+
+TEST_CASE("launch_decode_matmul matches the reference with every epilogue, fp32 and tf32",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  const DecodePrecision precision = GENERATE(DecodePrecision::kFp32, DecodePrecision::kTf32);
+  DecodeQueue queue;
+  // Every row tile (8, 16, 32, 64), full and one row into it.
+  for (const Shape shape : kGpt2Shapes)
+    check_products(rng, queue, shape, {1, 3, 8, 16, 17, 32, 33, 64}, precision,
+                   tolerance(precision));
+  for (const Shape shape : kGpt2MediumShapes)
+    check_products(rng, queue, shape, {3, 64}, precision, tolerance(precision));
+  for (const Shape shape : kOddShapes)
+    check_products(rng, queue, shape, {1, 3, 8, 9, 17, 33, 64}, precision, tolerance(precision));
+}
+
+TEST_CASE("launch_decode_matmul handles every B from 1 to 64", "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    for (const Shape shape : {Shape{100, 97}, Shape{97, 130}}) {
+      const PackedWeight weight(rng, shape.K, shape.N);
+      const std::vector<float> bias = test::random_uniform(rng, shape.N, -2.0f, 2.0f);
+      const test::DeviceArray<float> bias_device(bias);
+      for (int B = 1; B <= kDecodeMaxRows; ++B) {
+        CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
+        const std::vector<float> x = test::random_matrix(rng, B, shape.K, -1.0f, 1.0f);
+        const test::DeviceArray<float> x_device(x);
+        const std::vector<float> y =
+            run_product(queue, x_device.get(), weight.packed.get(), bias_device.get(), {}, B,
+                        shape.K, shape.N, DecodeEpilogue::kBiasGelu, precision);
+        std::vector<float> expected(static_cast<std::size_t>(B) * shape.N);
+        reference::linear(x.data(), weight.weight.data(), bias.data(), expected.data(), B, shape.K,
+                          shape.N);
+        reference::gelu(expected.data(), expected.data(), expected.size());
+        CHECK(test::checked_relative_error(y, expected) <= tolerance(precision));
+      }
+    }
+  }
+}
+
+TEST_CASE("the fp32 decode matmul does not use TF32", "[kernels][decode_matmul]") {
+  // x = 1 + 2^-12 and W = 1 + 2^-12: in fp32 each product is 1 + 2^-11 + 2^-24, which
+  // TF32 (10 mantissa bits) would round to 1. Summed over K = 64 rows the fp32 result is
+  // 64 + 64 * 2^-11 (+ rounding); TF32's would be 64.
+  DecodeQueue queue;
+  const int B = 2;
+  const int K = 64;
+  const int N = 64;
+  const float value = 1.0f + std::ldexp(1.0f, -12);
+  const std::vector<float> weight(static_cast<std::size_t>(K) * N, value);
+  const test::DeviceArray<float> packed(pack_decode_weight(weight.data(), K, N));
+  const test::DeviceArray<float> x(std::vector<float>(static_cast<std::size_t>(B) * K, value));
+  const std::vector<float> fp32 = run_product(queue, x.get(), packed.get(), nullptr, {}, B, K, N,
+                                              DecodeEpilogue::kNone, DecodePrecision::kFp32);
+  const std::vector<float> tf32 = run_product(queue, x.get(), packed.get(), nullptr, {}, B, K, N,
+                                              DecodeEpilogue::kNone, DecodePrecision::kTf32);
+  const double exact = K * static_cast<double>(value) * value;
+  for (const float y : fp32) REQUIRE(std::fabs(y - exact) < 1e-4);
+  for (const float y : tf32) REQUIRE(std::fabs(y - 64.0) < 1e-4);
+}
+
+TEST_CASE("launch_decode_matmul handles pointers that are only 4-byte aligned",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  const int B = 5;
+  const int K = 768;
+  const int N = 768;
+  const PackedWeight weight(rng, K, N);
+  const std::vector<float> x = test::random_matrix(rng, B, K, -1.0f, 1.0f);
+  const std::vector<float> bias = test::random_uniform(rng, N, -1.0f, 1.0f);
+  const test::UnalignedDeviceArray<float> x_device(x);
+  const test::UnalignedDeviceArray<float> bias_device(bias);
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    CAPTURE(static_cast<int>(precision));
+    test::UnalignedDeviceArray<float> y(static_cast<std::size_t>(B) * N);
+    y.poison();
+    launch_decode_matmul(x_device.get(), weight.packed.get(), bias_device.get(), y.get(), B, K, N,
+                         DecodeEpilogue::kBias, precision, queue.workspace, queue.stream.get());
+    queue.stream.synchronize();
+    std::vector<float> expected(static_cast<std::size_t>(B) * N);
+    reference::linear(x.data(), weight.weight.data(), bias.data(), expected.data(), B, K, N);
+    CHECK(std::isnan(y.element_in_front()));  // the float before the output was not touched
+    CHECK(test::checked_relative_error(y.download(), expected) <= tolerance(precision));
+  }
+}
+
+TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue first;
+  DecodeQueue second;
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    for (const Shape shape : {Shape{3072, 768}, Shape{768, 2304}, Shape{768, 50257}}) {
+      const int B = 32;
+      CAPTURE(shape.K, shape.N, static_cast<int>(precision));
+      const DecodeMatmulPlan plan =
+          plan_decode_matmul(B, shape.K, shape.N, first.workspace.multiprocessors(), precision);
+      CAPTURE(plan.splits);
+      const PackedWeight weight(rng, shape.K, shape.N);
+      const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
+      const test::DeviceArray<float> x(test::random_matrix(rng, B, shape.K, -1.0f, 1.0f));
+      const std::vector<float> first_bits =
+          run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                      DecodeEpilogue::kBiasGelu, precision);
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        CHECK(run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                          DecodeEpilogue::kBiasGelu, precision) == first_bits);
+      }
+      CHECK(run_product(second, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                        DecodeEpilogue::kBiasGelu, precision) == first_bits);
+    }
+  }
+}
+
+TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
+          "[kernels][decode_matmul]") {
+  DecodeMatmulWorkspace workspace;
+  const int multiprocessors = workspace.multiprocessors();
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    for (const int B : {1, 8, 9, 16, 17, 32, 33, 64}) {
+      for (const Shape shape :
+           {Shape{768, 2304}, Shape{768, 768}, Shape{768, 3072}, Shape{3072, 768},
+            Shape{768, 50257}, Shape{1, 1}, Shape{100000, 64}}) {
+        CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
+        const DecodeMatmulPlan plan =
+            plan_decode_matmul(B, shape.K, shape.N, multiprocessors, precision);
+        CHECK(plan.row_tile >= B);
+        CHECK(plan.chunks * kDecodeChunkRows >= shape.K);
+        CHECK(plan.chunks_per_split * plan.splits >= plan.chunks);       // every chunk ...
+        CHECK(plan.chunks_per_split * (plan.splits - 1) < plan.chunks);  // ... no empty split
+        CHECK(plan.partial_floats <= workspace.partial_floats());
+        if (plan.splits > 1) CHECK(plan.column_tiles <= workspace.tile_counter_count());
+      }
+    }
+  }
+  CHECK(plan_decode_matmul(1, 768, 768, multiprocessors, DecodePrecision::kFp32).splits > 1);
+  CHECK(plan_decode_matmul(64, 768, 50257, multiprocessors, DecodePrecision::kFp32).splits == 1);
+}
+
+// ---------------------------------------------------------------- the LM head
+
+/// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
+/// and their winner the row's argmax; returns the argmax of every row.
+std::vector<int> check_candidates(const std::vector<float>& logits,
+                                  const std::vector<float>& candidate_values,
+                                  const std::vector<std::int32_t>& candidate_indices, int B,
+                                  int V) {
+  const int tiles = decode_lm_head_candidates(V);
+  std::vector<int> tokens(B);
+  for (int b = 0; b < B; ++b) {
+    CAPTURE(b);
+    const float* row = logits.data() + static_cast<std::size_t>(b) * V;
+    for (int t = 0; t < tiles; ++t) {
+      const int first = t * kDecodeTileColumns;
+      const int count = std::min(kDecodeTileColumns, V - first);
+      const int expected = first + reference::argmax(row + first, count);
+      const std::size_t at = static_cast<std::size_t>(b) * tiles + t;
+      CAPTURE(t);
+      REQUIRE(candidate_indices[at] == expected);
+      REQUIRE((candidate_values[at] == row[expected] ||
+               (std::isnan(candidate_values[at]) && std::isnan(row[expected]))));
+    }
+    // The second pass: the candidates lie in index order, so the argmax over their
+    // values (ties to the first, NaN first) is the winner of the row.
+    const std::size_t first_candidate = static_cast<std::size_t>(b) * tiles;
+    const int best = reference::argmax(candidate_values.data() + first_candidate, tiles);
+    tokens[b] = candidate_indices[first_candidate + best];
+    CHECK(tokens[b] == reference::argmax(row, V));
+  }
+  return tokens;
+}
+
+struct LmHeadResult {
+  std::vector<float> logits;
+  std::vector<float> candidate_values;
+  std::vector<std::int32_t> candidate_indices;
+};
+
+LmHeadResult run_lm_head(DecodeQueue& queue, const float* x, const float* packed_wte, int B, int C,
+                         int V, DecodePrecision precision, bool with_logits) {
+  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
+  test::DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
+  test::DeviceArray<float> values(candidates);
+  test::DeviceArray<std::int32_t> indices(candidates);
+  logits.poison();
+  values.poison();
+  indices.poison();
+  launch_decode_lm_head(x, packed_wte, with_logits ? logits.get() : nullptr, values.get(),
+                        indices.get(), B, C, V, precision, queue.workspace, queue.stream.get());
+  queue.stream.synchronize();
+  return LmHeadResult{logits.download(), values.download(), indices.download()};
+}
+
+TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argmax",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  struct Case {
+    int B;
+    int C;
+    int V;
+  };
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    for (const Case c : {Case{1, 64, 97}, Case{3, 64, 97}, Case{37, 100, 97}, Case{5, 97, 200},
+                         Case{1, 768, 50257}, Case{8, 768, 50257}, Case{32, 768, 50257},
+                         Case{64, 768, 50257}, Case{2, 1024, 50257}}) {
+      CAPTURE(c.B, c.C, c.V, static_cast<int>(precision));
+      const std::vector<float> wte = test::random_matrix(rng, c.V, c.C, -1.0f, 1.0f);
+      const std::vector<float> x = test::random_matrix(rng, c.B, c.C, -1.0f, 1.0f);
+      const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), c.V, c.C));
+      const test::DeviceArray<float> x_device(x);
+      const LmHeadResult result =
+          run_lm_head(queue, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
+                      /*with_logits=*/true);
+
+      std::vector<float> expected(static_cast<std::size_t>(c.B) * c.V);
+      reference::lm_head(x.data(), wte.data(), expected.data(), c.B, c.C, c.V);
+      CHECK(test::checked_relative_error(result.logits, expected) <= tolerance(precision));
+      check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
+
+      // Without logits: the same candidates, and the logits stay untouched.
+      const LmHeadResult candidates_only =
+          run_lm_head(queue, x_device.get(), packed.get(), c.B, c.C, c.V, precision,
+                      /*with_logits=*/false);
+      CHECK(candidates_only.candidate_indices == result.candidate_indices);
+      CHECK(test::all_nan(candidates_only.logits));
+    }
+  }
+}
+
+TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and ranks NaN first",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  const int B = 3;
+  const int C = 64;
+  const int V = 300;  // tiles of 64: 0-63, 64-127, 128-191, 192-255, 256-299
+  // x > 0, so a wte row of ones gives every row its largest logit, sum_c x[b, c] ~ 32,
+  // far above the random rows' (|logit| ~ 5).
+  const std::vector<float> x = test::random_matrix(rng, B, C, 0.0f, 1.0f);
+  const test::DeviceArray<float> x_device(x);
+  const auto wte_with = [&](std::initializer_list<int> ones, std::initializer_list<int> nans) {
+    std::vector<float> wte = test::random_matrix(rng, V, C, -0.2f, 0.2f);
+    for (const int v : ones)
+      for (int c = 0; c < C; ++c) wte[static_cast<std::size_t>(v) * C + c] = 1.0f;
+    for (const int v : nans)
+      wte[static_cast<std::size_t>(v) * C + 5] = std::numeric_limits<float>::quiet_NaN();
+    return wte;
+  };
+  const DecodePrecision precision = GENERATE(DecodePrecision::kFp32, DecodePrecision::kTf32);
+  CAPTURE(static_cast<int>(precision));
+  SECTION("equal maxima in one tile and across tiles") {
+    // Identical wte rows give bit-identical logits: the same sums in the same order.
+    const std::vector<float> wte = wte_with({200, 130, 131, 10, 299}, {});
+    const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
+    const LmHeadResult result =
+        run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
+    const std::vector<int> tokens =
+        check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
+    const int tiles = decode_lm_head_candidates(V);
+    for (int b = 0; b < B; ++b) {
+      CAPTURE(b);
+      CHECK(tokens[b] == 10);
+      CHECK(result.candidate_indices[static_cast<std::size_t>(b) * tiles + 2] == 130);
+      CHECK(result.candidate_indices[static_cast<std::size_t>(b) * tiles + 3] == 200);
+      CHECK(result.candidate_indices[static_cast<std::size_t>(b) * tiles + 4] == 299);
+    }
+  }
+  SECTION("a NaN logit wins its tile and the row, the lowest NaN first") {
+    const std::vector<float> wte = wte_with({10}, {250, 270, 66});
+    const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
+    const LmHeadResult result =
+        run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
+    const int tiles = decode_lm_head_candidates(V);
+    for (int b = 0; b < B; ++b) {
+      CAPTURE(b);
+      const std::size_t row = static_cast<std::size_t>(b) * tiles;
+      CHECK(result.candidate_indices[row + 0] == 10);
+      CHECK(result.candidate_indices[row + 1] == 66);
+      CHECK(std::isnan(result.candidate_values[row + 1]));
+      CHECK(result.candidate_indices[row + 3] == 250);
+      CHECK(result.candidate_indices[row + 4] == 270);
+      CHECK(reference::argmax(result.logits.data() + static_cast<std::size_t>(b) * V, V) == 66);
+    }
+  }
+}
+
+TEST_CASE("the argmax step over the LM head's candidates picks the argmax of the logits",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue queue;
+  const DecodePrecision precision = GENERATE(DecodePrecision::kFp32, DecodePrecision::kTf32);
+  const int max_steps = 3;
+  const int step = 1;
+  const int eos_id = 7;
+  for (const int B : {1, 5, 32, 64}) {
+    for (const int V : {97, 50257}) {
+      const int C = 768;
+      CAPTURE(B, V, static_cast<int>(precision));
+      std::vector<float> wte = test::random_matrix(rng, V, C, -1.0f, 1.0f);
+      const std::vector<float> x = test::random_matrix(rng, B, C, 0.0f, 1.0f);
+      // Row eos_id made the largest logit of every row where V allows: the EOS bookkeeping.
+      for (int c = 0; c < C; ++c) wte[static_cast<std::size_t>(eos_id) * C + c] = 1.0f;
+      const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
+      const test::DeviceArray<float> x_device(x);
+      const LmHeadResult result =
+          run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
+      const test::DeviceArray<float> values(result.candidate_values);
+      const test::DeviceArray<std::int32_t> indices(result.candidate_indices);
+      test::DeviceArray<std::int32_t> next_tokens(B);
+      test::DeviceArray<std::int32_t> finished(std::vector<std::int32_t>(B, 0));
+      test::DeviceArray<std::int32_t> all_finished(1);
+      test::DeviceArray<std::int32_t> output_tokens(static_cast<std::size_t>(B) * max_steps);
+      test::DeviceArray<DecodePosition> cursor = test::device_cursor(step, 10);
+      next_tokens.poison();
+      output_tokens.poison();
+      const GreedyState state{nullptr,   finished.get(), all_finished.get(), output_tokens.get(),
+                              max_steps, eos_id};
+      launch_argmax_step_from_candidates(
+          ArgmaxCandidates{values.get(), indices.get(), decode_lm_head_candidates(V)},
+          next_tokens.get(), state, cursor.get(), B, queue.stream.get());
+      queue.stream.synchronize();
+      const std::vector<std::int32_t> tokens = next_tokens.download();
+      const std::vector<std::int32_t> written = output_tokens.download();
+      for (int b = 0; b < B; ++b) {
+        CAPTURE(b);
+        const int expected =
+            reference::argmax(result.logits.data() + static_cast<std::size_t>(b) * V, V);
+        CHECK(expected == eos_id);
+        CHECK(tokens[b] == expected);
+        CHECK(written[static_cast<std::size_t>(b) * max_steps + step] == expected);
+      }
+      CHECK(finished.download() == std::vector<std::int32_t>(B, 1));
+      CHECK(all_finished.download()[0] == 1);
+      CHECK(cursor.download()[0].step == step + 1);
+    }
+  }
+}
+
+TEST_CASE("PackedDecodeModel packs every layer's weights and the LM head's wte^T",
+          "[kernels][decode_matmul]") {
+  Gpt2Config config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.n_embd = 64;
+  config.vocab_size = 97;
+  config.n_positions = 16;
+  config.bos_token_id = 96;
+  config.eos_token_id = 96;
+  const Gpt2Weights weights = random_gpt2_weights(config, 3);
+  const DeviceModel model(weights);
+  const PackedDecodeModel packed(model);
+  const int C = config.n_embd;
+  const auto unpacked = [](const float* device, int K, int N) {
+    std::vector<float> host(DecodeWeightLayout::of(K, N).packed_floats());
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return unpack_decode_weight(host, K, N);
+  };
+  const auto host_matrix = [&](std::size_t offset, std::size_t count) {
+    return std::vector<float>(weights.at(offset), weights.at(offset) + count);
+  };
+  const std::size_t CC = static_cast<std::size_t>(C) * C;
+  for (int index = 0; index < config.n_layer; ++index) {
+    CAPTURE(index);
+    const LayerOffsets& at = weights.layout.layers[static_cast<std::size_t>(index)];
+    const PackedDecodeModel::Layer layer = packed.layer(index);
+    CHECK(unpacked(layer.qkv_weight, C, 3 * C) == host_matrix(at.qkv_weight, 3 * CC));
+    CHECK(unpacked(layer.attn_proj_weight, C, C) == host_matrix(at.attn_proj_weight, CC));
+    CHECK(unpacked(layer.fc_weight, C, 4 * C) == host_matrix(at.fc_weight, 4 * CC));
+    CHECK(unpacked(layer.mlp_proj_weight, 4 * C, C) == host_matrix(at.mlp_proj_weight, 4 * CC));
+  }
+  // The LM head: W = wte^T, so W[c, v] = wte[v, c].
+  const std::vector<float> lm_head = unpacked(packed.lm_head_weight(), C, config.vocab_size);
+  const float* wte = weights.at(weights.layout.token_embedding);
+  bool transposed = true;
+  for (int v = 0; v < config.vocab_size; ++v)
+    for (int c = 0; c < C; ++c)
+      transposed = transposed && lm_head[static_cast<std::size_t>(c) * config.vocab_size + v] ==
+                                     wte[static_cast<std::size_t>(v) * C + c];
+  CHECK(transposed);
+}
+
+// ---------------------------------------------------------------- arguments
+
+TEST_CASE("the decode matmul launchers reject bad arguments", "[kernels][decode_matmul]") {
+  DecodeMatmulWorkspace workspace;
+  test::DeviceArray<float> buffer(std::size_t{1} << 16);
+  test::DeviceArray<float> other(std::size_t{1} << 16);
+  test::DeviceArray<std::int32_t> indices(std::size_t{1} << 10);
+  const float* in = buffer.get();
+  float* out = other.get();
+  std::int32_t* index = indices.get();
+  constexpr DecodeEpilogue kBias = DecodeEpilogue::kBias;
+  constexpr DecodeEpilogue kNone = DecodeEpilogue::kNone;
+  constexpr DecodePrecision kFp32 = DecodePrecision::kFp32;
+  const auto linear = [&](const float* x, const float* weight, const float* bias, float* y, int B,
+                          int K, int N, DecodeEpilogue epilogue) {
+    launch_decode_matmul(x, weight, bias, y, B, K, N, epilogue, kFp32, workspace, nullptr);
+  };
+  CHECK_THROWS_AS(linear(in, in, in, out, 0, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, in, out, 65, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, in, out, 8, 0, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, in, out, 8, 8, -1, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(nullptr, in, in, out, 8, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, nullptr, in, out, 8, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, in, nullptr, 8, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, nullptr, out, 8, 8, 8, kBias), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in, in, out, 8, 8, 8, kNone), std::invalid_argument);
+  CHECK_THROWS_AS(linear(in, in + 1, in, out, 8, 8, 8, kBias), std::invalid_argument);
+  const auto lm_head = [&](const float* x, const float* wte, float* logits, float* values,
+                           std::int32_t* winners, int B, int C, int V) {
+    launch_decode_lm_head(x, wte, logits, values, winners, B, C, V, kFp32, workspace, nullptr);
+  };
+  CHECK_THROWS_AS(lm_head(in, in, out, out, index, 0, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, out, out, index, 65, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, out, out, index, 8, 0, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, out, out, index, 8, 8, 0), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(nullptr, in, out, out, index, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, nullptr, out, out, index, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, out, out, nullptr, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, out, nullptr, index, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in, nullptr, nullptr, nullptr, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(lm_head(in, in + 2, out, out, index, 8, 8, 8), std::invalid_argument);
+  CHECK_THROWS_AS(plan_decode_matmul(8, 8, 8, 0, kFp32), std::invalid_argument);
+  const GreedyState state{nullptr, index, index, index, /*max_steps=*/4, /*eos_id=*/0};
+  CHECK_THROWS_AS(launch_argmax_step_from_candidates(ArgmaxCandidates{out, nullptr, 8}, index,
+                                                     state, nullptr, 8, nullptr),
+                  std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ladder
