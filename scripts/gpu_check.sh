@@ -8,9 +8,16 @@
 #   test      build with all cores and run every test, GPU tests included
 #   hf        full-size random GPT-2 small from transformers: every chapter's greedy tokens
 #             must equal Hugging Face's (needs torch and transformers)
-#   sanitize  compute-sanitizer memcheck and racecheck on a short run of every chapter
+#   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
+#             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those)
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
-#   micro     every program in bench/ (host cost per call, epilogue fusion), B = 32 and 1
+#   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16]):
+#             quick, before the chapters' tests
+#   micro     the GPU programs in bench/ (host cost per call, epilogue fusion, decode matmuls,
+#             kernel history), at B = 32 and 1; outputs kept as bench/NAME.bB.txt
+#   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
+#             then the CPU test of the bf16 reference against it
+#   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
 # If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
 # access), they are unpacked and used.
@@ -45,7 +52,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants hf || wants sanitize || wants bench || wants micro; then
+if wants test || wants kernels || wants hf || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -55,6 +62,25 @@ if wants test || wants hf || wants sanitize || wants bench || wants micro; then
   else
     note "build: FAILED"; tail -40 "$out/logs/configure.log" "$out/logs/build.log"
     printf '%s\n' "${summary[@]}" > "$out/summary.txt"; exit 1
+  fi
+fi
+
+if wants kernels; then
+  for tag in "[kernels]" "[graphs]" "[decode_matmul]" "[bf16]"; do
+    name=$(echo "$tag" | tr -d '[]')
+    timeout 300 "$build/tests/gpu_tests" "$tag" > "$out/logs/gpu_tests.$name.log" 2>&1
+    note "gpu_tests $tag: exit $?, $(grep -E '^(All tests passed|test cases:)' "$out/logs/gpu_tests.$name.log" | tail -1)"
+    grep -B2 -A12 -E 'FAILED|REQUIRE.*failed|CHECK.*failed' "$out/logs/gpu_tests.$name.log" | head -60
+  done
+fi
+
+if wants golden_bf16; then
+  if PYTHONUNBUFFERED=1 python3 scripts/make_golden_bf16.py > "$out/logs/golden_bf16.log" 2>&1; then
+    tar -czf "$out/golden_model_bf16.tar.gz" -C tests/data golden_model_bf16
+    "$build/tests/cpu_tests" "[golden_bf16]" > "$out/logs/golden_bf16_test.log" 2>&1
+    note "golden bf16: made; the bf16 reference against it: exit $?, $(tail -2 "$out/logs/golden_bf16_test.log" | head -1)"
+  else
+    note "golden bf16: FAILED (logs/golden_bf16.log)"; tail -20 "$out/logs/golden_bf16.log"
   fi
 fi
 
@@ -86,6 +112,8 @@ fi
 if wants sanitize; then
   for chapter in "$build"/chapters/[0-9][0-9]_*; do
     name=$(basename "$chapter")
+    [ "$name" = 00_cpu_reference ] && continue  # no device code to check
+    [ -n "${LADDER_SANITIZE_CHAPTERS:-}" ] && ! echo " $LADDER_SANITIZE_CHAPTERS " | grep -q " ${name%%_*} " && continue
     for tool in memcheck racecheck; do
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$chapter" \
         --weights tests/data/golden_model --batch 3 --random-prompt-length 4 --new-tokens 6 \
@@ -113,17 +141,32 @@ if wants bench; then
 fi
 
 if wants micro; then
+  mkdir -p "$out/bench"
   for program in "$build"/bench/*; do
     name=$(basename "$program")
-    for batch in 32 1; do
-      if "$program" --batch "$batch" > "$out/logs/$name.b$batch.log" 2>&1; then
+    [ "$name" = batching_schedule ] && continue  # CPU only: counts, no GPU
+    batches=${LADDER_MICRO_BATCHES:-32 1}
+    [ "$name" = decode_matmul ] && batches=all  # one run sweeps B = 1, 8, 32, 64
+    for batch in $batches; do
+      flags=(--batch "$batch"); [ "$batch" = all ] && flags=()
+      if timeout 300 "$program" "${flags[@]}" > "$out/bench/$name.b$batch.txt" 2>&1; then
         note "micro $name --batch $batch: ok"
       else
         note "micro $name --batch $batch: FAILED"
       fi
-      grep -E '^\|' "$out/logs/$name.b$batch.log"
+      grep -E '^\|' "$out/bench/$name.b$batch.txt" | head -40
     done
   done
+  tar -czf "$out/bench.tar.gz" -C "$out" bench && rm -rf "$out/bench"
+fi
+
+if wants profile; then
+  if bash scripts/profile_kernels.sh "$build" > "$out/logs/profile.log" 2>&1; then
+    tar -czf "$out/ncu.tar.gz" -C results ncu
+    note "profile: ncu on one step of every chapter (results/ncu)"
+  else
+    note "profile: FAILED (logs/profile.log)"; tail -20 "$out/logs/profile.log"
+  fi
 fi
 
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"

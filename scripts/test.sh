@@ -34,8 +34,8 @@ status=0
 ctest --preset "$LADDER_PRESET" -j 1 "$@" 2>&1 | tee "$log" || status=$?
 
 # CTest names each skipped test but never says why: the GPU tests' main does, once.
-gpu_skipped=$(grep -cE '^[[:space:]]*[0-9]+ - gpu: .*\(Skipped\)$' "$log" || true)
-other_skipped=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" | grep -vE ' - gpu: ' || true)
+gpu_skipped=$(grep -cE '^[[:space:]]*[0-9]+ - gpu: ?.*\(Skipped\)$' "$log" || true)
+other_skipped=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" | grep -vE ' - gpu: ?' || true)
 if [ "$gpu_skipped" -gt 0 ]; then
   reason=$("build/$LADDER_PRESET/tests/gpu_tests" 2>&1 | head -1 || true)
   echo "test.sh: $gpu_skipped GPU tests skipped: ${reason#SKIPPED: }"
