@@ -70,13 +70,16 @@ namespace {
 
 std::string short_bytes(std::size_t bytes) { return format_bytes(static_cast<double>(bytes)); }
 
-/// A number from the traced run, or "-" when there was no trace (negative).
-std::string traced(double value) {
-  if (value < 0) return "-";
+/// `value` printed with `format`, or "-" when there is nothing to print.
+std::string measured(bool present, const char* format, double value) {
+  if (!present) return "-";
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f", value);
+  std::snprintf(text, sizeof text, format, value);
   return text;
 }
+
+/// A number from the traced run, or "-" when there was no trace (negative).
+std::string traced(double value) { return measured(value >= 0, "%.1f", value); }
 
 }  // namespace
 
@@ -98,19 +101,26 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                 "", "step", "step", "step", "step", "step", "/step", "/step", "/step", "");
   out << line;
   for (const BenchmarkRow& row : rows) {
-    std::snprintf(
-        line, sizeof line,
-        "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8.2f %7.2f | "
-        "%10s %10s %4.0f%% | %6.1f %6.2f %7s %7s %7s %7s %7s %7s | %s\n",
-        row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
-        row.time.max, row.time.median, row.milliseconds_per_step(), row.tokens_per_second(),
-        row.floor_seconds * 1e3, row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0,
-        short_bytes(row.memory.peak_allocated_bytes).c_str(),
-        short_bytes(row.memory.peak_reserved_bytes).c_str(), 100.0 * row.memory.fragmentation(),
-        row.allocations_per_step, row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
-        traced(row.graph_launches_per_step).c_str(), traced(row.copies_per_step).c_str(),
-        traced(row.host_seconds_per_step * 1e6).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
-        traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
+    const bool memory = row.device_memory_measured;
+    std::snprintf(line, sizeof line,
+                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8s %7s | "
+                  "%10s %10s %5s | %6s %6.2f %7s %7s %7s %7s %7s %7s | %s\n",
+                  row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
+                  row.time.max, row.time.median, row.milliseconds_per_step(),
+                  row.tokens_per_second(),
+                  measured(row.floor_seconds >= 0, "%.2f", row.floor_seconds * 1e3).c_str(),
+                  measured(row.floor_seconds >= 0, "%.2f",
+                           row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0)
+                      .c_str(),
+                  memory ? short_bytes(row.memory.peak_allocated_bytes).c_str() : "-",
+                  memory ? short_bytes(row.memory.peak_reserved_bytes).c_str() : "-",
+                  measured(memory, "%.0f%%", 100.0 * row.memory.fragmentation()).c_str(),
+                  measured(memory, "%.1f", row.allocations_per_step).c_str(),
+                  row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
+                  traced(row.graph_launches_per_step).c_str(), traced(row.copies_per_step).c_str(),
+                  traced(row.host_seconds_per_step * 1e6).c_str(),
+                  traced(row.gpu_idle_per_step * 1e6).c_str(),
+                  traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
     out << line;
   }
   for (const BenchmarkRow& row : rows) {
@@ -123,9 +133,12 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
                   100.0 * (step / row.matmul_seconds_per_step - 1.0));
     out << line;
   }
-  std::snprintf(line, sizeof line,
-                "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
-                header.copy_bandwidth * 1e-12);
+  if (header.copy_bandwidth > 0)
+    std::snprintf(line, sizeof line,
+                  "copy bandwidth measured in this run: %.2f TB/s (read + write)\n",
+                  header.copy_bandwidth * 1e-12);
+  else
+    std::snprintf(line, sizeof line, "no GPU used: no copy bandwidth, no HBM floor\n");
   out << line;
   return out.str();
 }
@@ -134,6 +147,12 @@ namespace {
 
 nlohmann::json traced_json(double value) {
   return value >= 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+/// `value`, or null when it was not measured.
+template <typename Value>
+nlohmann::json measured_json(bool present, Value value) {
+  return present ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 }  // namespace
@@ -150,6 +169,7 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
   document["memory_from_empty_cache"] = true;
   nlohmann::json configurations = nlohmann::json::array();
   for (const BenchmarkRow& row : rows) {
+    const bool memory = row.device_memory_measured;
     configurations.push_back({
         {"batch", row.batch},
         {"new_tokens", row.new_tokens},
@@ -163,12 +183,12 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"median_s", row.time.median},
         {"ms_per_step", row.milliseconds_per_step()},
         {"tokens_per_s", row.tokens_per_second()},
-        {"floor_s", row.floor_seconds},
-        {"peak_allocated_bytes", row.memory.peak_allocated_bytes},
-        {"peak_reserved_bytes", row.memory.peak_reserved_bytes},
-        {"fragmentation", row.memory.fragmentation()},
-        {"driver_allocations", row.memory.driver_allocations},
-        {"allocations_per_step", row.allocations_per_step},
+        {"floor_s", measured_json(row.floor_seconds >= 0, row.floor_seconds)},
+        {"peak_allocated_bytes", measured_json(memory, row.memory.peak_allocated_bytes)},
+        {"peak_reserved_bytes", measured_json(memory, row.memory.peak_reserved_bytes)},
+        {"fragmentation", measured_json(memory, row.memory.fragmentation())},
+        {"driver_allocations", measured_json(memory, row.memory.driver_allocations)},
+        {"allocations_per_step", measured_json(memory, row.allocations_per_step)},
         {"host_syncs_per_step", row.host_syncs_per_step},
         {"kernels_per_step", traced_json(row.kernels_per_step)},
         {"graph_launches_per_step", traced_json(row.graph_launches_per_step)},

@@ -1,6 +1,6 @@
 // common/benchmark.hpp - the numbers every chapter reports, and how they are printed.
 //
-// One row per (batch, new tokens) configuration, the seed's table: mean, std, min,
+// One row per (batch, new tokens) configuration: mean, std, min,
 // max and median seconds of the timed runs (warm-up excluded); ms per step; tokens/s;
 // peak allocated, peak reserved and fragmentation at peak; steps actually run; plus
 // what the later chapters change (allocations and host synchronizations per step),
@@ -28,7 +28,7 @@ std::uint64_t hash_tokens(const std::vector<std::int32_t>& tokens);
 std::string hash_string(std::uint64_t hash);
 
 /// Bytes that must cross HBM to generate `steps` tokens per row after a prompt of
-/// `prompt_length` (SPEC): per step, every weight once (of the embedding tables only
+/// `prompt_length`: per step, every weight once (of the embedding tables only
 /// the rows looked up, which is negligible), the token embedding again, whole, for the
 /// tied LM head, the KV cache up to the current position, and the logits.
 double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps);
@@ -43,6 +43,9 @@ struct BenchmarkRow {
   Summary time;
   AllocatorStats memory;            ///< of the last timed run
   double allocations_per_step = 0;  ///< allocator calls inside the decode loop, per step
+  /// false for a decoder that runs on the host: it has no device allocator, so the
+  /// memory and allocation columns print "-" (null in the JSON)
+  bool device_memory_measured = true;
   double host_syncs_per_step = 0;
   double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
   double graph_launches_per_step = 0;  ///< cudaGraphLaunch calls per step, same run
@@ -55,7 +58,7 @@ struct BenchmarkRow {
   /// kernel, per step boundary, same run (part of gpu_idle_per_step)
   double gpu_idle_between_steps = 0;
   double matmul_seconds_per_step = -1;  ///< the step's matmuls alone; negative: not measured
-  double floor_seconds = 0;             ///< floor_bytes / measured copy bandwidth
+  double floor_seconds = 0;  ///< floor_bytes / measured copy bandwidth; negative: no GPU, no floor
   std::string token_hash;
 
   double milliseconds_per_step() const { return steps > 0 ? time.median * 1e3 / steps : 0; }
@@ -73,7 +76,7 @@ struct ReportHeader {
   std::string weights;        ///< "random (seed 0)" or the checkpoint directory
   std::string prompts;        ///< "BOS only", "random, length 8", ...
   std::string allocator;      ///< the chapter allocator's name
-  double copy_bandwidth = 0;  ///< bytes/s, measured in the same run
+  double copy_bandwidth = 0;  ///< bytes/s, measured in the same run; 0: not measured (no GPU)
 };
 
 /// The table, in configuration order.

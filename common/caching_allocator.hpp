@@ -20,7 +20,8 @@
 // a little every step (a KV cache re-allocated one position longer) soon outgrows its
 // cached block; the old block cannot be reused for the bigger request and cannot be
 // given back while any other block of its segment is live, so reserved memory climbs
-// far above allocated memory (83% fragmentation at N = 400 in the seed's measurements).
+// far above allocated memory (83% fragmentation at N = 400 for the PyTorch dynamic-cache
+// variant, results/latest/pytorch_dynamic_cache.fp32.json).
 //
 // The policy is separate from the driver: segments come from a SegmentSource, which
 // is cudaMalloc on the GPU and a fake that hands out bare addresses in the CPU tests.

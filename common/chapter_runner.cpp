@@ -32,6 +32,13 @@ void LogitsRecorder::record(const float* device_logits, int batch, int vocab, cu
   ++steps_;
 }
 
+void LogitsRecorder::record_host(const float* host_logits, int batch, int vocab) {
+  if (!enabled_) return;
+  values_.insert(values_.end(), host_logits,
+                 host_logits + static_cast<std::size_t>(batch) * static_cast<std::size_t>(vocab));
+  ++steps_;
+}
+
 std::vector<std::int32_t> download_generated_tokens(const std::int32_t* device_generated, int batch,
                                                     int capacity, int steps, cudaStream_t stream) {
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch) * steps);
@@ -177,6 +184,47 @@ PromptBatch make_prompts(const Plan& plan, int batch) {
   return prompts;
 }
 
+/// Prints the usage when argv asks for it (--help, -h); says whether it did.
+bool printed_usage(int argc, char** argv, const std::string& program) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << run_options_usage(program);
+      return true;
+    }
+  return false;
+}
+
+/// The title line's fields that come from the command line.
+ReportHeader report_header(const ChapterInfo& chapter, const Plan& plan) {
+  ReportHeader header;
+  header.chapter = chapter.folder;
+  header.title = chapter.title;
+  header.precision = plan.options.allow_tf32 ? "tf32" : "fp32";
+  header.weights = plan.options.weights_directory.empty()
+                       ? "random (seed " + std::to_string(plan.options.seed) + ")"
+                       : plan.options.weights_directory;
+  header.prompts = plan.prompt_description;
+  return header;
+}
+
+/// Adds timed run `run_index` to its row: its steps and host waits, its hash (which
+/// must equal the first run's: a race would not), and the progress line.
+void add_timed_run(const std::string& program, const RunOptions& options, int run_index,
+                   const GenerationOutput& output, BenchmarkRow& row) {
+  const std::string hash = hash_string(hash_tokens(output.tokens));
+  if (run_index == 0) row.token_hash = hash;
+  if (hash != row.token_hash)
+    throw std::runtime_error("run " + std::to_string(run_index + 1) +
+                             " generated different tokens than run 1 (a race?)");
+  row.steps = output.steps;
+  row.host_syncs_per_step =
+      output.steps ? static_cast<double>(output.host_syncs) / output.steps : 0;
+  if (!options.quiet)
+    std::fprintf(stderr, "%s: batch %d, %d new tokens: run %d/%d %.4f s (%d steps)\n",
+                 program.c_str(), row.batch, row.new_tokens, run_index + 1, options.runs,
+                 row.seconds.back(), output.steps);
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream file(path);
   file << text;
@@ -194,6 +242,40 @@ void write_logits(const std::string& path, const LogitsRecorder& recorder, int s
   file.write(reinterpret_cast<const char*>(recorder.values().data()),
              static_cast<std::streamsize>(count * sizeof(float)));
   if (!file) throw std::runtime_error("cannot write '" + path + "'");
+}
+
+/// With --dump-logits, after the last configuration: one more run that records every
+/// step's logits, which must generate what the timed runs did.
+template <typename AnyDecoder>
+void dump_logits_if_asked(AnyDecoder& decoder, const Plan& plan, const PromptBatch& prompts,
+                          int new_tokens, const GenerationOutput& last_output) {
+  const RunOptions& options = plan.options;
+  if (options.logits_output.empty() || prompts.batch != options.batch_sizes.back() ||
+      new_tokens != options.new_token_counts.back())
+    return;
+  LogitsRecorder recorder(true);
+  const GenerationOutput recorded = decoder.generate(prompts, new_tokens, recorder);
+  if (recorded.tokens != last_output.tokens)
+    throw std::runtime_error("the run that recorded logits generated different tokens");
+  write_logits(options.logits_output, recorder, recorded.steps, prompts.batch,
+               plan.config.vocab_size);
+}
+
+/// The table, and the files the command line asked for.
+void write_outputs(const Plan& plan, const ReportHeader& header,
+                   const std::vector<BenchmarkRow>& rows, const GenerationOutput& last_output) {
+  const RunOptions& options = plan.options;
+  std::cout << format_table(header, rows);
+  if (!options.json_output.empty()) write_text_file(options.json_output, format_json(header, rows));
+  if (!options.tokens_output.empty())
+    write_token_rows(options.tokens_output, last_output.tokens, last_output.batch,
+                     last_output.steps);
+  if (options.print_text && plan.tokenizer) {
+    const auto begin = last_output.tokens.begin();
+    std::cout << "row 0: "
+              << plan.tokenizer->decode(std::vector<std::int32_t>(begin, begin + last_output.steps))
+              << "\n";
+  }
 }
 
 /// Every chapter's step - the prefill and each decode step - begins with the token
@@ -239,11 +321,7 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
 
 int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
   const std::string program = chapter.folder;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << run_options_usage(program);
-      return kExitSuccess;
-    }
+  if (printed_usage(argc, argv, program)) return kExitSuccess;
   const Plan plan = make_plan(argc, argv);
   const RunOptions& options = plan.options;
 
@@ -257,15 +335,8 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   std::unique_ptr<Decoder> decoder =
       factory(model, DecoderOptions{options.allow_tf32, plan.eos_token_id});
 
-  ReportHeader header;
-  header.chapter = chapter.folder;
-  header.title = chapter.title;
+  ReportHeader header = report_header(chapter, plan);
   header.device = device_banner(device);
-  header.precision = options.allow_tf32 ? "tf32" : "fp32";
-  header.weights = options.weights_directory.empty()
-                       ? "random (seed " + std::to_string(options.seed) + ")"
-                       : options.weights_directory;
-  header.prompts = plan.prompt_description;
   header.allocator = decoder->allocator().name();
   header.copy_bandwidth = bandwidth;
 
@@ -284,7 +355,6 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
         NvtxRange range("warm-up run");
         decoder->generate(prompts, new_tokens, no_logits);
       }
-      std::uint64_t first_hash = 0;
       for (int run_index = 0; run_index < options.runs; ++run_index) {
         NvtxRange range("timed run");
         decoder->allocator().reset_peak_stats();
@@ -294,38 +364,17 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto stop = std::chrono::steady_clock::now();
         row.seconds.push_back(std::chrono::duration<double>(stop - start).count());
-        const std::uint64_t hash = hash_tokens(output.tokens);
-        if (run_index == 0) first_hash = hash;
-        if (hash != first_hash)
-          throw std::runtime_error("run " + std::to_string(run_index + 1) +
-                                   " generated different tokens than run 1 (a race?)");
-        row.steps = output.steps;
+        add_timed_run(program, options, run_index, output, row);
         row.memory = decoder->allocator().stats();
         row.allocations_per_step =
             output.steps ? static_cast<double>(output.loop_allocations) / output.steps : 0;
-        row.host_syncs_per_step =
-            output.steps ? static_cast<double>(output.host_syncs) / output.steps : 0;
-        if (!options.quiet)
-          std::fprintf(stderr, "%s: batch %d, %d new tokens: run %d/%d %.4f s (%d steps)\n",
-                       program.c_str(), batch, new_tokens, run_index + 1, options.runs,
-                       row.seconds.back(), output.steps);
         last_output = std::move(output);
       }
       row.matmul_seconds_per_step = decoder->matmul_seconds_per_step(batch);
       row.time = summarize(row.seconds);
-      row.token_hash = hash_string(first_hash);
       row.floor_seconds = floor_bytes(plan.config, batch, prompts.length, row.steps) / bandwidth;
       rows.push_back(row);
-
-      if (!options.logits_output.empty() && batch == options.batch_sizes.back() &&
-          new_tokens == options.new_token_counts.back()) {
-        LogitsRecorder recorder(true);
-        const GenerationOutput recorded = decoder->generate(prompts, new_tokens, recorder);
-        if (recorded.tokens != last_output.tokens)
-          throw std::runtime_error("the run that recorded logits generated different tokens");
-        write_logits(options.logits_output, recorder, recorded.steps, batch,
-                     plan.config.vocab_size);
-      }
+      dump_logits_if_asked(*decoder, plan, prompts, new_tokens, last_output);
     }
   }
 
@@ -336,26 +385,83 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
     trace_one_run(*decoder, make_prompts(plan, row.batch), row.new_tokens, options.kernel_profile,
                   row);
 
-  std::cout << format_table(header, rows);
-  if (!options.json_output.empty()) write_text_file(options.json_output, format_json(header, rows));
-  if (!options.tokens_output.empty())
-    write_token_rows(options.tokens_output, last_output.tokens, last_output.batch,
-                     last_output.steps);
-  if (options.print_text && plan.tokenizer) {
-    const auto begin = last_output.tokens.begin();
-    std::cout << "row 0: "
-              << plan.tokenizer->decode(std::vector<std::int32_t>(begin, begin + last_output.steps))
-              << "\n";
-  }
+  write_outputs(plan, header, rows, last_output);
   return kExitSuccess;
 }
 
-}  // namespace
+/// The warm-up and timed runs of one configuration on the host; `last_output` is the
+/// last timed run's. What only a GPU has (device memory, the HBM floor, the traced
+/// launches and gaps) stays empty.
+BenchmarkRow time_on_host(HostDecoder& decoder, const RunOptions& options,
+                          const std::string& program, const PromptBatch& prompts, int new_tokens,
+                          GenerationOutput& last_output) {
+  BenchmarkRow row;
+  row.batch = prompts.batch;
+  row.new_tokens = new_tokens;
+  row.prompt_length = prompts.length;
+  row.device_memory_measured = false;
+  row.floor_seconds = row.kernels_per_step = row.copies_per_step = -1;
+  row.gpu_idle_per_step = row.gpu_idle_between_steps = -1;
+  LogitsRecorder no_logits;
+  for (int run_index = 0; run_index < options.warmup_runs; ++run_index)
+    decoder.generate(prompts, new_tokens, no_logits);
+  for (int run_index = 0; run_index < options.runs; ++run_index) {
+    const auto start = std::chrono::steady_clock::now();
+    GenerationOutput output = decoder.generate(prompts, new_tokens, no_logits);
+    const auto stop = std::chrono::steady_clock::now();
+    row.seconds.push_back(std::chrono::duration<double>(stop - start).count());
+    add_timed_run(program, options, run_index, output, row);
+    last_output = std::move(output);
+  }
+  row.time = summarize(row.seconds);
+  return row;
+}
 
-int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
+/// run() for a decoder on the host: no device is queried, no weights are uploaded,
+/// nothing is synchronized or traced, and no CUDA call is made.
+int run_on_host(int argc, char** argv, const ChapterInfo& chapter,
+                const HostDecoderFactory& factory) {
+  const std::string program = chapter.folder;
+  if (printed_usage(argc, argv, program)) return kExitSuccess;
+  const Plan plan = make_plan(argc, argv);
+  const RunOptions& options = plan.options;
+  if (options.allow_tf32)
+    throw std::invalid_argument("--tf32: " + program +
+                                " runs on the host in fp32 with double sums; TF32 is a GPU "
+                                "tensor-core mode");
+  if (options.kernel_profile)
+    throw std::invalid_argument("--kernel-profile: " + program +
+                                " runs on the host and launches no kernels");
+
+  const Gpt2Weights random_weights =
+      plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, options.seed);
+  const std::unique_ptr<HostDecoder> decoder =
+      factory(plan.checkpoint ? *plan.checkpoint : random_weights,
+              DecoderOptions{/*allow_tf32=*/false, plan.eos_token_id});
+  if (!options.quiet) std::cout << decoder->where() << "\n";
+  ReportHeader header = report_header(chapter, plan);
+  header.device = decoder->where();
+  header.allocator = "none (host memory, not counted)";
+
+  std::vector<BenchmarkRow> rows;
+  GenerationOutput last_output;
+  for (int batch : options.batch_sizes) {
+    const PromptBatch prompts = make_prompts(plan, batch);
+    for (int new_tokens : options.new_token_counts) {
+      rows.push_back(time_on_host(*decoder, options, program, prompts, new_tokens, last_output));
+      dump_logits_if_asked(*decoder, plan, prompts, new_tokens, last_output);
+    }
+  }
+  write_outputs(plan, header, rows, last_output);
+  return kExitSuccess;
+}
+
+/// Turns every error of `run` into one line and its exit code.
+template <typename Run>
+int exit_code_of(const ChapterInfo& chapter, const Run& run) {
   const char* program = chapter.folder.c_str();
   try {
-    return run(argc, argv, chapter, factory);
+    return run();
   } catch (const std::invalid_argument& error) {
     std::fprintf(stderr, "%s: error: %s\n", program, error.what());
     return kExitUsageError;
@@ -366,6 +472,17 @@ int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const Decoder
     std::fprintf(stderr, "%s: error: %s\n", program, error.what());
     return kExitRuntimeError;
   }
+}
+
+}  // namespace
+
+int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
+  return exit_code_of(chapter, [&] { return run(argc, argv, chapter, factory); });
+}
+
+int run_host_chapter(int argc, char** argv, const ChapterInfo& chapter,
+                     const HostDecoderFactory& factory) {
+  return exit_code_of(chapter, [&] { return run_on_host(argc, argv, chapter, factory); });
 }
 
 }  // namespace ladder

@@ -10,7 +10,9 @@
 // run_chapter does everything that is the same for every rung: the command line,
 // the weights, the prompts, the device banner, warm-up and timed runs, the table,
 // the JSON, the token and logits dumps, and turning every error into one line and
-// a non-zero exit. Nothing in it knows which chapter it runs.
+// a non-zero exit. Nothing in it knows which chapter it runs. run_host_chapter does
+// the same for a decode loop that runs on the host alone (a HostDecoder), on any
+// machine, GPU or not.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +29,7 @@
 #include "common/device_model.hpp"
 #include "common/gpu_activity.hpp"
 #include "common/prompts.hpp"
+#include "common/weights.hpp"
 
 namespace ladder {
 
@@ -64,6 +67,8 @@ class LogitsRecorder {
   bool enabled() const { return enabled_; }
   /// Appends the [batch, vocab] logits at `device_logits` as the next step.
   void record(const float* device_logits, int batch, int vocab, cudaStream_t stream);
+  /// The same for logits already in host memory (a decoder that runs on the host).
+  void record_host(const float* host_logits, int batch, int vocab);
   const std::vector<float>& values() const { return values_; }
   int steps() const { return steps_; }
 
@@ -126,5 +131,32 @@ std::unique_ptr<Decoder> make_decoder(const DeviceModel& model, const DecoderOpt
 /// Runs a chapter: parses argv, runs every configuration, prints the table.
 /// Returns an ExitCode; never throws.
 int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory);
+
+/// A decode loop that runs on the host alone (the CPU reference as a chapter): it
+/// needs no GPU and no driver, and makes no CUDA call.
+class HostDecoder {
+ public:
+  virtual ~HostDecoder() = default;
+  /// The same contract as Decoder::generate; logits go to LogitsRecorder::record_host.
+  virtual GenerationOutput generate(const PromptBatch& prompts, int max_new_tokens,
+                                    LogitsRecorder& logits) = 0;
+  /// Where it runs, for the banner and the table, e.g. "host CPU, 2 threads".
+  virtual std::string where() const = 0;
+};
+
+using HostDecoderFactory =
+    std::function<std::unique_ptr<HostDecoder>(const Gpt2Weights&, const DecoderOptions&)>;
+
+template <typename ConcreteDecoder>
+std::unique_ptr<HostDecoder> make_host_decoder(const Gpt2Weights& weights,
+                                               const DecoderOptions& options) {
+  return std::make_unique<ConcreteDecoder>(weights, options);
+}
+
+/// run_chapter for a HostDecoder: the same command line, table, JSON and dumps, on any
+/// machine. What only a GPU has is not made up: the device memory, HBM floor and traced
+/// columns print "-" (null in the JSON), and --tf32 and --kernel-profile are refused.
+int run_host_chapter(int argc, char** argv, const ChapterInfo& chapter,
+                     const HostDecoderFactory& factory);
 
 }  // namespace ladder

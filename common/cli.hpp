@@ -36,7 +36,7 @@ struct RunOptions {
   std::string prompt_file;                      ///< per-row prompts: token ids, one row per line
   std::string forced_tokens_file;               ///< teacher forcing: ids fed instead of the argmax
   std::optional<int> eos_token_id;              ///< overrides the config's EOS id
-  bool allow_tf32 = false;                      ///< TF32 tensor-core matmuls (the seed's setting)
+  bool allow_tf32 = false;                      ///< TF32 tensor-core matmuls (PyTorch's 'high')
   std::string json_output;                      ///< write results as JSON here
   std::string tokens_output;                    ///< write the last run's tokens here
   std::string logits_output;                    ///< write every step's logits here (for tests)

@@ -16,7 +16,7 @@
 
 namespace ladder {
 
-/// What the seed's table reports, plus the counts the chapters compare.
+/// What every chapter's table reports, plus the counts the chapters compare.
 struct AllocatorStats {
   std::size_t allocated_bytes = 0;       ///< bytes in live blocks (after rounding)
   std::size_t reserved_bytes = 0;        ///< bytes obtained from the driver and not yet released
@@ -26,7 +26,7 @@ struct AllocatorStats {
   std::uint64_t driver_allocations = 0;  ///< cudaMalloc / cuMemCreate calls since the last reset
   std::uint64_t driver_frees = 0;        ///< cudaFree / cuMemRelease calls since the last reset
 
-  /// (peak reserved - peak allocated) / peak reserved, as in the seed's table; 0 if nothing
+  /// (peak reserved - peak allocated) / peak reserved, as the table reports it; 0 if nothing
   /// reserved.
   double fragmentation() const {
     if (peak_reserved_bytes == 0) return 0.0;

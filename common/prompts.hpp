@@ -1,6 +1,6 @@
 // common/prompts.hpp - the batch of prompts a chapter decodes from.
 //
-// All rows of a batch have the same length: as in the seed, there is no padding
+// All rows of a batch have the same length: there is no padding
 // and no attention mask, so rows of different lengths cannot share a batch.
 #pragma once
 
@@ -23,7 +23,7 @@ struct PromptBatch {
   std::vector<std::vector<std::int32_t>> rows() const;
 };
 
-/// Every row is the single token `bos_token_id` (the seed's workload).
+/// Every row is the single token `bos_token_id` (the default workload).
 PromptBatch bos_prompts(int batch, int bos_token_id);
 
 /// The same token sequence in every row.

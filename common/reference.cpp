@@ -6,7 +6,10 @@
 // than any fp32 kernel it judges, and its own rounding stays far below the tolerances
 // of the tests. The full forward and the cached step run the same operations in the
 // same order, attention included (attend_one_query), so for one token at one position
-// they produce the same numbers.
+// they produce the same numbers. In bf16 mode the same code runs on weights rounded
+// once in the constructor (R1 in reference.hpp); a storage-rounding policy
+// (StoreRounding) rounds each stored tensor to bf16 at the points R2-R7 and does nothing
+// in fp32 mode.
 //
 // Loops are ordered for the cache: linear() walks the [in, out] weight row by row
 // (out[o] += x[i] * W[i, o]) and lm_head() dots contiguous rows of the embedding, so
@@ -14,14 +17,16 @@
 #include "common/reference.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
+
+#include "common/host_threads.hpp"
+
+#include "common/bfloat16.hpp"
 
 namespace ladder::reference {
 
@@ -80,74 +85,72 @@ struct BlockBuffers {
   std::vector<float> mlp_hidden;  ///< [rows, 4C]  MLP hidden layer
 };
 
+/// The storage-rounding policy: applied to every tensor the forward stores between two
+/// operations (the points R2-R7 of reference.hpp), in place.
+using StoreRounding = void (*)(float* values, std::size_t n);
+
+/// fp32 mode's policy: stored values stay as computed.
+void keep_fp32(float* /*values*/, std::size_t /*n*/) {}
+
+StoreRounding store_rounding_for(Precision precision) {
+  return precision == Precision::bf16 ? static_cast<StoreRounding>(round_to_bfloat16) : keep_fp32;
+}
+
 /// One GPT-2 block on `rows` positions of the residual stream, in place:
 ///   residual += attn_proj(attention(qkv(ln_1(residual))))
 ///   residual += mlp_proj(gelu(fc(ln_2(residual))))
 /// `attend(qkv, attention_out)` is the only part that differs between the full
 /// forward (causal attention over the rows) and the cached step (the row against the
-/// cache).
+/// cache). `round_stored` runs on each tensor a kernel would store; the projections
+/// count as added to the residual inside their matmul, so only the sums are stored.
 template <typename Attend>
 void transformer_block(const Gpt2Weights& weights, const LayerOffsets& layer, float* residual,
-                       int rows, BlockBuffers& buffers, Attend&& attend) {
+                       int rows, BlockBuffers& buffers, StoreRounding round_stored,
+                       Attend&& attend) {
   const int C = weights.config.n_embd;
   const float eps = weights.config.layer_norm_epsilon;
   const std::size_t size = static_cast<std::size_t>(rows) * C;
 
   layernorm(residual, weights.at(layer.ln_1_weight), weights.at(layer.ln_1_bias),
             buffers.normed.data(), rows, C, eps);
+  round_stored(buffers.normed.data(), size);
   linear(buffers.normed.data(), weights.at(layer.qkv_weight), weights.at(layer.qkv_bias),
          buffers.qkv.data(), rows, C, 3 * C);
+  round_stored(buffers.qkv.data(), size * 3);
   attend(buffers.qkv.data(), buffers.attention.data());
+  round_stored(buffers.attention.data(), size);
   linear(buffers.attention.data(), weights.at(layer.attn_proj_weight),
          weights.at(layer.attn_proj_bias), buffers.projected.data(), rows, C, C);
   add(residual, buffers.projected.data(), residual, size);
+  round_stored(residual, size);
 
   layernorm(residual, weights.at(layer.ln_2_weight), weights.at(layer.ln_2_bias),
             buffers.normed.data(), rows, C, eps);
+  round_stored(buffers.normed.data(), size);
   linear(buffers.normed.data(), weights.at(layer.fc_weight), weights.at(layer.fc_bias),
          buffers.mlp_hidden.data(), rows, C, 4 * C);
   gelu(buffers.mlp_hidden.data(), buffers.mlp_hidden.data(), size * 4);
+  round_stored(buffers.mlp_hidden.data(), size * 4);
   linear(buffers.mlp_hidden.data(), weights.at(layer.mlp_proj_weight),
          weights.at(layer.mlp_proj_bias), buffers.projected.data(), rows, 4 * C, C);
   add(residual, buffers.projected.data(), residual, size);
+  round_stored(residual, size);
 }
 
 /// Final LayerNorm and the tied LM head: logits [rows, V] from the residual [rows, C].
-std::vector<float> final_logits(const Gpt2Weights& weights, const float* residual, int rows) {
+/// The LayerNorm output is stored (rounded by `round_stored`); the logits never are.
+std::vector<float> final_logits(const Gpt2Weights& weights, const float* residual, int rows,
+                                StoreRounding round_stored) {
   const Gpt2Config& config = weights.config;
   const ParameterLayout& layout = weights.layout;
   std::vector<float> normed(static_cast<std::size_t>(rows) * config.n_embd);
   layernorm(residual, weights.at(layout.ln_f_weight), weights.at(layout.ln_f_bias), normed.data(),
             rows, config.n_embd, config.layer_norm_epsilon);
+  round_stored(normed.data(), normed.size());
   std::vector<float> logits(static_cast<std::size_t>(rows) * config.vocab_size);
   lm_head(normed.data(), weights.at(layout.token_embedding), logits.data(), rows, config.n_embd,
           config.vocab_size);
   return logits;
-}
-
-/// Runs work(i) for i in [0, count) on up to hardware_concurrency threads; rethrows
-/// the first exception a worker raised.
-template <typename Work>
-void run_on_threads(std::size_t count, Work&& work) {
-  const std::size_t hardware_threads = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t thread_count = std::min(count, hardware_threads);
-  std::atomic<std::size_t> next_item{0};
-  std::vector<std::exception_ptr> errors(thread_count);
-  std::vector<std::thread> threads;
-  threads.reserve(thread_count);
-  for (std::size_t t = 0; t < thread_count; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        for (std::size_t item = next_item++; item < count; item = next_item++) work(item);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
 }
 
 /// Greedy decoding of one prompt, one token per advance_to() step. The newest token is
@@ -364,7 +367,24 @@ int argmax(const float* values, int n) {
 
 // ---------------------------------------------------------------- the model
 
-Model::Model(const Gpt2Weights& weights) : weights_(weights) {
+namespace {
+
+/// A copy of `weights` whose every parameter is rounded to bf16 (point R1).
+std::shared_ptr<const Gpt2Weights> weights_rounded_to_bfloat16(const Gpt2Weights& weights) {
+  auto rounded = std::make_shared<Gpt2Weights>(weights);
+  round_to_bfloat16(rounded->values.data(), rounded->values.size());
+  return rounded;
+}
+
+}  // namespace
+
+Model::Model(const Gpt2Weights& weights) : Model(weights, Precision::fp32) {}
+
+Model::Model(const Gpt2Weights& weights, Precision precision)
+    : rounded_weights_(precision == Precision::bf16 ? weights_rounded_to_bfloat16(weights)
+                                                    : nullptr),
+      weights_(rounded_weights_ ? *rounded_weights_ : weights),
+      precision_(precision) {
   weights.config.validate();
   const ParameterLayout expected_layout = ParameterLayout::for_config(weights.config);
   if (weights.layout.total != expected_layout.total ||
@@ -391,17 +411,19 @@ std::vector<float> Model::forward(const std::vector<std::int32_t>& tokens) const
   std::vector<std::int32_t> positions(tokens.size());
   for (int t = 0; t < T; ++t) positions[t] = t;
 
+  const StoreRounding round_stored = store_rounding_for(precision_);
   std::vector<float> residual(static_cast<std::size_t>(T) * C);
   embedding(tokens.data(), positions.data(), weights_.at(weights_.layout.token_embedding),
             weights_.at(weights_.layout.position_embedding), residual.data(), T, C);
+  round_stored(residual.data(), residual.size());
   BlockBuffers buffers(T, C);
   for (const LayerOffsets& layer : weights_.layout.layers) {
-    transformer_block(weights_, layer, residual.data(), T, buffers,
+    transformer_block(weights_, layer, residual.data(), T, buffers, round_stored,
                       [&](const float* qkv, float* attention) {
                         causal_attention(qkv, attention, 1, T, config.n_head, C);
                       });
   }
-  return final_logits(weights_, residual.data(), T);
+  return final_logits(weights_, residual.data(), T, round_stored);
 }
 
 std::vector<float> Model::step(KvCache& cache, std::int32_t token) const {
@@ -433,15 +455,17 @@ std::vector<float> Model::step(KvCache& cache, std::int32_t token) const {
 
   const std::int32_t position = cache.length;
   const int length_after = cache.length + 1;
+  const StoreRounding round_stored = store_rounding_for(precision_);
   std::vector<float> residual(static_cast<std::size_t>(C));
   embedding(&token, &position, weights_.at(weights_.layout.token_embedding),
             weights_.at(weights_.layout.position_embedding), residual.data(), 1, C);
+  round_stored(residual.data(), residual.size());
   BlockBuffers buffers(1, C);
   for (std::size_t layer = 0; layer < weights_.layout.layers.size(); ++layer) {
     std::vector<float>& keys = cache.keys[layer];
     std::vector<float>& values = cache.values[layer];
     transformer_block(weights_, weights_.layout.layers[layer], residual.data(), 1, buffers,
-                      [&](const float* qkv, float* attention) {
+                      round_stored, [&](const float* qkv, float* attention) {
                         keys.insert(keys.end(), qkv + C, qkv + 2 * C);
                         values.insert(values.end(), qkv + 2 * C, qkv + 3 * C);
                         for (int h = 0; h < config.n_head; ++h) {
@@ -453,7 +477,7 @@ std::vector<float> Model::step(KvCache& cache, std::int32_t token) const {
                       });
   }
   cache.length = length_after;
-  return final_logits(weights_, residual.data(), 1);
+  return final_logits(weights_, residual.data(), 1, round_stored);
 }
 
 // ---------------------------------------------------------------- generation
@@ -461,8 +485,13 @@ std::vector<float> Model::step(KvCache& cache, std::int32_t token) const {
 Generation generate(const Gpt2Weights& weights,
                     const std::vector<std::vector<std::int32_t>>& prompts, int max_new_tokens,
                     int eos_token_id, bool keep_logits) {
-  const Model model(weights);
-  validate_generation_request(weights.config, prompts, max_new_tokens, eos_token_id);
+  return generate(Model(weights), prompts, max_new_tokens, eos_token_id, keep_logits);
+}
+
+Generation generate(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                    int max_new_tokens, int eos_token_id, bool keep_logits) {
+  const Gpt2Config& config = model.config();
+  validate_generation_request(config, prompts, max_new_tokens, eos_token_id);
 
   // Identical prompts give identical rows (the BOS workload is B copies of one row),
   // so each distinct prompt is decoded once and shared.
@@ -491,7 +520,7 @@ Generation generate(const Gpt2Weights& weights,
   generation.steps = steps;
   const std::size_t batch = prompts.size();
   const std::size_t step_count = static_cast<std::size_t>(steps);
-  const std::size_t V = static_cast<std::size_t>(weights.config.vocab_size);
+  const std::size_t V = static_cast<std::size_t>(config.vocab_size);
   generation.tokens.resize(batch * step_count);
   if (keep_logits) generation.logits.resize(step_count * batch * V);
   for (std::size_t row = 0; row < batch; ++row) {

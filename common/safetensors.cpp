@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bfloat16.hpp"
+
 namespace ladder {
 
 namespace {
@@ -60,11 +62,6 @@ float half_to_float(std::uint16_t half) {
   }
   if (exponent == 0x1F) return float_from_bits(sign | 0x7F800000u | mantissa << 13);  // inf, NaN
   return float_from_bits(sign | (exponent + 127 - 15) << 23 | mantissa << 13);
-}
-
-// bfloat16 is the top half of a float.
-float bfloat16_to_float(std::uint16_t bfloat) {
-  return float_from_bits(std::uint32_t{bfloat} << 16);
 }
 
 std::uint64_t read_unsigned(const nlohmann::json& value, const std::string& what) {
@@ -240,7 +237,7 @@ void SafetensorsFile::read_as_float(const std::string& name, float* destination)
         out[i] = half_to_float(load_little_endian_16(bytes + 2 * i));
     } else {
       for (std::size_t i = 0; i < count; ++i)
-        out[i] = bfloat16_to_float(load_little_endian_16(bytes + 2 * i));
+        out[i] = bfloat16_bits_to_float(load_little_endian_16(bytes + 2 * i));
     }
   }
 }

@@ -46,6 +46,7 @@ constexpr int kStoreThreads = 256;
 // Shared: queries [32][D], keys [32][D + kWidth], values [32][D]. Lane l reads key row
 //         l: the padding of kWidth floats starts the 32 rows in different banks (for
 //         16-byte reads, eight lanes at a time in banks 0, 4, ..., 28).
+// Promises (kWidth = 4): LDS.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kCausalThreads)
     causal_attention_kernel(const float* qkv, float* out, int T, int H, int C) {
@@ -125,6 +126,7 @@ std::size_t causal_attention_shared_bytes(int D, int width) {
 // Grid:   one block per (b, h): block x serves b = x / H, h = x % H. Warp w takes the
 //         chunks of 32 positions starting at 32 w, 32 (w + 8), ...; the eight warp
 //         states are merged through shared memory in warp order (WarpStates).
+// Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void decode_attention_kernel(const float* q, int q_row_stride, const float* keys,
                                         const float* values, float* out, int L, int capacity, int H,
@@ -186,6 +188,7 @@ __global__ void store_kv_kernel(const float* qkv, float* keys, float* values,
 //         + 1) * D / kWidth), position s, pack d. Consecutive threads read consecutive
 //         packs of one old row and write consecutive packs of the new one; each thread
 //         moves one pack of keys and the same pack of values.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth>
 __global__ void grow_kv_cache_kernel(const float* qkv, const float* keys, const float* values,
                                      float* new_keys, float* new_values, int L, int B, int H,

@@ -53,6 +53,7 @@ constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
 //         memory in warp order. (Two resident blocks per SM let ptxas use up to 128
 //         registers: 112 for GPT-2's D = 64 on sm_90; docs/performance_notes.md says
 //         where the bound comes from.)
+// Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kStaticThreads, 2)
     static_cache_attention_kernel(const float* q, int q_row_stride, const float* keys,
@@ -109,6 +110,7 @@ struct SplitWorkspace {
 //         a whole key row in flight per lane without spilling for D <= 96 on every
 //         architecture built (D = 128 spills 12 bytes on sm_90); left to itself ptxas
 //         spilled some instantiations on sm_80.)
+// Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,

@@ -18,6 +18,7 @@ constexpr int kElementwiseThreads = 256;
 // Shapes: x [rows, columns], bias [columns]; columns % kWidth == 0.
 // Grid:   a grid-stride loop over the rows * columns / kWidth packs of x; pack i lies in
 //         columns kWidth * (i % (columns / kWidth)) onwards, which picks the bias pack.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth>
 __global__ void add_bias_kernel(float* x, const float* bias, int rows, int columns) {
   const std::size_t packs_per_row = static_cast<std::size_t>(columns / kWidth);
@@ -36,6 +37,7 @@ __global__ void add_bias_kernel(float* x, const float* bias, int rows, int colum
 // Math:   out[i] = gelu(x[i]) (device_primitives.cuh); out may be x.
 // Shapes: x, out [count] (any [rows, columns] flattened); count % kWidth == 0.
 // Grid:   a grid-stride loop over the count / kWidth packs.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth>
 __global__ void gelu_kernel(const float* x, float* out, std::size_t count) {
   const std::size_t packs = count / kWidth;
@@ -52,6 +54,7 @@ __global__ void gelu_kernel(const float* x, float* out, std::size_t count) {
 // Math:   residual[i] += x[i].
 // Shapes: residual, x [count]; count % kWidth == 0.
 // Grid:   a grid-stride loop over the count / kWidth packs.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth>
 __global__ void residual_add_kernel(float* residual, const float* x, std::size_t count) {
   const std::size_t packs = count / kWidth;

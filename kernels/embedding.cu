@@ -24,6 +24,7 @@ constexpr int kEmbeddingThreads = 256;
 //         wpe [n_positions, C], out [rows, C]; C % kWidth == 0.
 // Grid:   a grid-stride loop over the rows * C / kWidth packs of out; pack i is
 //         row i / (C / kWidth), columns kWidth * (i % (C / kWidth)) onwards.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth>
 __global__ void embedding_kernel(const std::int32_t* tokens, const std::int32_t* positions,
                                  const DecodePosition* cursor, int first_position,

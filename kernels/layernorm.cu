@@ -1,7 +1,7 @@
 // kernels/layernorm.cu - LayerNorm, and residual add + LayerNorm fused: one kernel
 // template, one block per row, the row held in registers, two-pass statistics.
 //
-// A decode step normalizes only B rows (32 at the seed's batch), so a row is the unit
+// A decode step normalizes only B rows (32 at the default batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
 // (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
 // once, before the first reduction (the warp-per-row version it replaced, and what
@@ -48,6 +48,7 @@ __device__ __forceinline__ float block_sum(float value, float* partials) {
 // Grid:   one block per row (blockIdx.x = r); thread t holds packs t, t + 256, ... of
 //         the row (at most kPacksPerThread) in registers, so the row is read once and
 //         the sum written once; the statistics come from the registers.
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,

@@ -100,6 +100,7 @@ if wants bench; then
   mkdir -p "$out/results"
   for chapter in "$build"/chapters/[0-9][0-9]_*; do
     name=$(basename "$chapter")
+    [ "$name" = 00_cpu_reference ] && continue  # the CPU prologue: minutes per run at B = 32
     # shellcheck disable=SC2086  # LADDER_BENCH_ARGS is a list of flags
     if "$chapter" --json "$out/results/$name.json" ${LADDER_BENCH_ARGS:-} > "$out/logs/$name.bench.log" 2>&1; then
       note "bench $name: ok"

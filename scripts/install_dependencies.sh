@@ -2,7 +2,8 @@
 # scripts/install_dependencies.sh - makes sure the build has what it needs.
 #
 # Needs: the CUDA 13 toolkit (nvcc on PATH), CMake >= 3.25, Ninja, g++, and Debian's
-# catch2 and nlohmann-json3-dev. On Debian/Ubuntu as root, missing packages are
+# catch2 and nlohmann-json3-dev, and cuobjdump (pip's nvidia-cuda-cuobjdump when the
+# toolkit has none). On Debian/Ubuntu as root, missing packages are
 # installed with apt-get; otherwise the exact command to run is printed.
 # With LADDER_DEPS_PREFIX set (a folder holding unpacked .deb files, as the GPU
 # machine uses), the headers are taken from there instead.
@@ -35,6 +36,15 @@ if [ ${#missing_packages[@]} -gt 0 ]; then
   else
     problems+=("missing packages; run: sudo apt-get install ${missing_packages[*]}")
   fi
+fi
+
+# cuobjdump reads registers, spills and SASS from the built objects for the kernel
+# report (scripts/kernel_report.py); some toolkit installs lack it, pip has it.
+if ! command -v cuobjdump >/dev/null && ! command -v "$(dirname "$(command -v nvcc)")/cuobjdump" >/dev/null &&
+   ! python3 -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/bin/cuobjdump') for p in sys.path))" 2>/dev/null; then
+  echo "installing: nvidia-cuda-cuobjdump (pip)"
+  python3 -m pip install --quiet nvidia-cuda-cuobjdump ||
+    problems+=("cuobjdump missing; run: python3 -m pip install nvidia-cuda-cuobjdump")
 fi
 
 if [ ${#problems[@]} -gt 0 ]; then

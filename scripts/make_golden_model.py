@@ -189,15 +189,16 @@ def floats(tensor: torch.Tensor):
     return shorten(tensor.tolist())
 
 
-def write_json(name: str, description: str, content: dict) -> None:
+def write_json(name: str, description: str, content: dict, output: pathlib.Path = OUTPUT,
+               made_by: str = "scripts/make_golden_model.py") -> None:
     document = {
         "description": description,
-        "made_by": "scripts/make_golden_model.py",
+        "made_by": made_by,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         **content,
     }
-    path = OUTPUT / name
+    path = output / name
     path.write_text(json.dumps(document, separators=(",", ":")) + "\n")
     print(f"  {name}: {path.stat().st_size / 1024:.0f} KiB")
 

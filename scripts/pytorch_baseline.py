@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""scripts/pytorch_baseline.py - the seed's PyTorch variants of the ladder's workload, timed alike.
+"""scripts/pytorch_baseline.py - the ladder's rungs in PyTorch, on its workload, timed alike.
 
-The ladder's chapters redo in C++ and CUDA what the seed did in PyTorch with Hugging Face
-transformers. This script runs the seed's own variants on the same GPU, on the same
+The ladder's chapters do in C++ and CUDA what these variants do in PyTorch with Hugging
+Face transformers. This script runs the variants on the same GPU, on the same
 workload and with the same timing rules, so their rows can sit in the same table
 (scripts/render_results.py puts them there):
 
   naive                   the whole forward over all tokens so far at every step, no cache
-                          (use_cache=False): O(N^2), as the seed's first loop
+                          (use_cache=False): O(N^2), as chapter 01
   dynamic                 Hugging Face's DynamicCache (past_key_values): one token per step,
                           the cache grows by concatenation
   expandable              the same, with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -16,7 +16,7 @@ workload and with the same timing rules, so their rows can sit in the same table
                           runs over the whole cache with a mask
   compile                 the static cache, and the model's forward through torch.compile
                           (--compile-mode; default "default", torch.compile's own: no
-                          CUDA graphs, as the seed's numbers imply); compilation happens
+                          CUDA graphs); compilation happens
                           in the warm-up run, outside the timing
   pingpong                the compiled static cache on two CUDA streams: step i is enqueued
                           on stream i % 2 behind stream (i - 1) % 2; the "all rows finished"
@@ -25,18 +25,18 @@ workload and with the same timing rules, so their rows can sit in the same table
 
 The workload is the chapters': GPT-2 small (transformers' GPT2Config() defaults), fp32
 weights, B prompts holding only BOS (50256), greedy argmax, up to N new tokens, stopping
-once every row has produced EOS (a finished row keeps being decoded, as in the seed). The
+once every row has produced EOS (a finished row keeps being decoded, as in the chapters). The
 weights are transformers' own random initialisation after torch.manual_seed(--seed)
 (normal(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer), LayerNorm 1 and 0):
 the same distribution as the chapters' random weights but not the same numbers, so only
 time and memory compare with the chapters; tokens compare between these variants. Every
 loop is written out here (no model.generate) so the stopping rule and the per-step
 synchronisation are explicit. Attention is transformers' default (SDPA); the naive
-variant computes the logits of every position, as model(input_ids) does in the seed.
+variant computes the logits of every position, as model(input_ids) does.
 
 Precision: two sets of rows. "fp32" is plain fp32 arithmetic, as the chapters by default
 (torch.backends.cuda.matmul.allow_tf32 = False, set_float32_matmul_precision('highest'));
-"tf32" is the seed's setting (set_float32_matmul_precision('high'): TF32 matmuls).
+"tf32" sets set_float32_matmul_precision('high'): TF32 matmuls.
 
 Timing, as the chapters: --warmup untimed runs first (they also compile), then --runs
 timed runs, each between torch.cuda.synchronize() calls, timed with time.perf_counter;
@@ -49,7 +49,7 @@ allocators do not hold. Allocations per step count the caching allocator's alloc
 requests; host synchronisations per step count the loop's own waits (.item() or an event
 wait), not any that transformers makes inside the forward.
 
-The floor (SPEC) is computed as the chapters compute it (common/benchmark.cpp
+The floor is computed as the chapters compute it (common/benchmark.cpp
 floor_bytes) with the device-to-device copy bandwidth measured here the same way as
 common/device_info.cpp. The token hash is the chapters' FNV-1a over the [B, steps] ids.
 
@@ -102,7 +102,7 @@ class Variant:
     allocator_conf: str  # PYTORCH_CUDA_ALLOC_CONF for its process ("" = PyTorch's default)
 
 
-# In the seed's order; the table keeps it.
+# In ladder order; the table keeps it.
 VARIANTS = [
     Variant("naive", "pytorch_naive", "PyTorch: naive, no cache", ""),
     Variant("dynamic", "pytorch_dynamic_cache", "PyTorch: dynamic KV cache", ""),
@@ -235,7 +235,7 @@ def decode_naive(torch, model, prompts, max_new_tokens, eos):
         finished |= next_tokens[:, 0] == eos
         steps += 1
         syncs += 1
-        if finished.all().item():  # the seed's blocking check, every step
+        if finished.all().item():  # a blocking check, every step (chapter 01's)
             break
     return sequence[:, prompts.shape[1]:], steps, syncs
 
@@ -337,7 +337,7 @@ def set_precision(torch, precision: str) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-    else:  # the seed's setting
+    else:  # TF32 matmuls
         torch.set_float32_matmul_precision("high")
 
 
@@ -638,13 +638,13 @@ def run_parent(args) -> int:
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(
         prog="pytorch_baseline.py",
-        description="The seed's PyTorch variants (Hugging Face GPT-2) on the ladder's workload.")
+        description="The ladder's rungs in PyTorch (Hugging Face GPT-2), on its workload.")
     parser.add_argument("--variants", type=name_list([v.key for v in VARIANTS]),
                         default=[v.key for v in VARIANTS],
                         help="comma-separated, from " + ",".join(v.key for v in VARIANTS)
                              + " (default: all)")
     parser.add_argument("--precision", type=name_list(PRECISIONS), default=list(PRECISIONS),
-                        help="fp32 (TF32 off), tf32 (the seed's setting), or both (default)")
+                        help="fp32 (TF32 off), tf32 (TF32 matmuls), or both (default)")
     parser.add_argument("--batch", type=integer_list, default=[32],
                         help="rows per batch, e.g. 32 or 1,8,32,64 (default 32)")
     parser.add_argument("--new-tokens", type=integer_list, default=[100, 200, 400],

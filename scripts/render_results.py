@@ -69,8 +69,8 @@ PLOTS = {
 }
 PYTORCH_ORDER = [variant.chapter for variant in VARIANTS]
 PRECISION_ORDER = ["fp32", "tf32"]
-PREFERRED_BATCH = 32       # the SPEC's main batch, when the data leaves a choice
-PREFERRED_NEW_TOKENS = 100  # the SPEC's batch-sweep length, likewise
+PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
+PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 
 
 # ---------------------------------------------------------------- loading
@@ -167,7 +167,7 @@ def load_results(directory: pathlib.Path):
 # ---------------------------------------------------------------- choosing the tables
 
 def main_batch(reports) -> int:
-    """The batch run at the most token counts (the SPEC's B = 32 with N = 100, 200, 400)."""
+    """The batch run at the most token counts (B = 32 with N = 100, 200, 400 by default)."""
     counts = {}
     for report in reports:
         for batch, new_tokens in report.rows:
@@ -176,7 +176,7 @@ def main_batch(reports) -> int:
 
 
 def sweep_new_tokens(reports) -> int:
-    """The token count run at the most batches (the SPEC's batch sweep at N = 100)."""
+    """The token count run at the most batches (the batch sweep at N = 100 by default)."""
     counts = {}
     for report in reports:
         for batch, new_tokens in report.rows:
@@ -432,7 +432,7 @@ def pytorch_note(pytorch) -> str:
                          if r.framework.get("compile_mode")), None)
     return ("Hugging Face `GPT2LMHeadModel` on the same GPU and workload, by "
             "`scripts/pytorch_baseline.py`" + (f" ({made_with})" if made_with else "") + ". "
-            "fp32: TF32 off, as the chapters; tf32: the seed's setting "
+            "fp32: TF32 off, as the chapters; tf32: PyTorch's TF32 matmuls "
             "(`set_float32_matmul_precision('high')`). Its weights are transformers' own random "
             "initialisation, not the chapters' numbers: compare time and memory with the chapters, "
             "tokens only between PyTorch rows (tokens = naive: same hash as PyTorch naive at the "
@@ -541,7 +541,7 @@ def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
     if ladder and token_counts:
         lines += compact_table(ladder, layout, token_counts, Comparisons(ladder), "01") + [""]
     if pytorch and token_counts:
-        lines += ["The seed's PyTorch variants (Hugging Face GPT-2) on the same GPU:", ""]
+        lines += ["The PyTorch variants of `scripts/pytorch_baseline.py` (Hugging Face GPT-2) on the same GPU:", ""]
         lines += compact_table(pytorch, layout, token_counts, Comparisons(pytorch), "naive") + [""]
     if "time_per_chapter" in plots:
         lines += [f"![Time per chapter](docs/images/{PLOTS['time_per_chapter']})", ""]

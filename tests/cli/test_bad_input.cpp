@@ -2,8 +2,9 @@
 //
 // Each case runs every chapter executable exactly as a reader would and expects a
 // single line on the output, naming the problem, and the documented exit code:
-// 2 for a bad command line, 1 for a bad file, 3 for no CUDA device. None needs a
-// GPU: the input is checked before the device is touched.
+// 2 for a bad command line, 1 for a bad file, 3 for no CUDA device (every chapter
+// but the CPU prologue needs one). None needs a GPU: the input is checked before the
+// device is touched.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -31,8 +32,9 @@ void write_file(const std::string& path, const std::string& contents) {
 
 /// Runs every chapter with `arguments` and checks the exit code and the one line.
 void expect_refusal(const std::vector<std::string>& arguments, int exit_code,
-                    const std::string& message_part, const std::string& environment = "") {
-  for (const std::string& chapter : chapter_names()) {
+                    const std::string& message_part, const std::string& environment = "",
+                    const std::vector<std::string>& chapters = chapter_names()) {
+  for (const std::string& chapter : chapters) {
     const auto result = run_chapter_process(chapter, arguments, environment);
     INFO(chapter << " printed: " << result.output);
     CHECK(result.exit_code == exit_code);
@@ -149,5 +151,7 @@ TEST_CASE("unreadable and malformed prompt files are refused", "[cli]") {
 
 TEST_CASE("without a visible CUDA device a chapter says so in one line", "[cli]") {
   // CUDA_VISIBLE_DEVICES=-1 hides every GPU, so this runs the same on CI and on a GPU machine.
-  expect_refusal({"--new-tokens", "4"}, kNoCudaDevice, "no CUDA device", "CUDA_VISIBLE_DEVICES=-1");
+  // The prologue needs no GPU: tests/cli/test_cpu_reference_chapter.cpp runs it so.
+  expect_refusal({"--new-tokens", "4"}, kNoCudaDevice, "no CUDA device", "CUDA_VISIBLE_DEVICES=-1",
+                 ladder::testing::gpu_chapter_names());
 }

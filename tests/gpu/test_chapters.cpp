@@ -6,12 +6,13 @@
 // (max |a - ref| / max |ref| per row and step). Random weights make greedy rows collapse
 // quickly, so the tests also use per-row random prompts, a model with large weights
 // (the golden model, whose rows wander and really emit EOS) and compare logits, not only
-// tokens. Run: gpu_tests "[chapters]"
+// tokens. The CPU prologue, chapters/00_cpu_reference, runs here with the others
+// (ladder::testing::chapter_names() lists every chapter), and every chapter's tokens
+// must also equal the first chapter's. Run: gpu_tests "[chapters]"
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -26,23 +27,11 @@ namespace {
 
 namespace reference = ladder::reference;
 using ladder::testing::ChapterOutput;
+using ladder::testing::flatten;
 using ladder::testing::TokenRows;
+using ladder::testing::write_rows;
 
 constexpr double kLogitsTolerance = 1e-4;
-
-std::vector<std::int32_t> flatten(const TokenRows& rows, int columns) {
-  std::vector<std::int32_t> flat;
-  for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.begin() + columns);
-  return flat;
-}
-
-void write_rows(const std::string& path, const TokenRows& rows) {
-  std::ofstream file(path);
-  for (const auto& row : rows) {
-    for (std::size_t i = 0; i < row.size(); ++i) file << (i ? " " : "") << row[i];
-    file << '\n';
-  }
-}
 
 /// Tokens, stop step and (if dumped) every step's logits of `output` against `expected`.
 void check_against_reference(const ChapterOutput& output, const reference::Generation& expected,
@@ -71,84 +60,68 @@ void check_against_reference(const ChapterOutput& output, const reference::Gener
   CHECK(worst <= kLogitsTolerance);
 }
 
-/// Runs every chapter with `arguments` and checks each against `expected`.
+/// Runs every chapter with `arguments` and checks each against `expected` and against
+/// the first chapter (the CPU prologue, 00).
 void check_every_chapter(const std::vector<std::string>& arguments,
                          const reference::Generation& expected, int vocab_size,
                          bool with_logits = true) {
+  std::vector<std::int32_t> first_chapter_tokens;
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO("chapter " << chapter);
     const ChapterOutput output =
         ladder::testing::generate_with_chapter(chapter, arguments, vocab_size, with_logits);
     check_against_reference(output, expected, vocab_size);
+    if (first_chapter_tokens.empty()) first_chapter_tokens = output.tokens;
+    CHECK(output.tokens == first_chapter_tokens);
   }
+}
+
+}  // namespace
+
+namespace {
+
+/// Every chapter on the golden model with the prompts of a greedy golden file: equal to
+/// the reference, which must equal Hugging Face's tokens and stop step. BOS prompts are
+/// the chapters' default (no --prompt-file).
+void check_golden_greedy(const std::string& name, bool bos_prompts = false) {
+  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
+  const auto golden = ladder::testing::load_golden_greedy(name, weights.config);
+  const reference::Generation expected =
+      reference::generate(weights, golden.prompts, golden.max_new_tokens, golden.eos, true);
+  REQUIRE(expected.steps == golden.stop_steps);
+  REQUIRE(expected.tokens == golden.hf_tokens);
+
+  std::vector<std::string> arguments = {"--weights",    ladder::testing::golden_model_directory(),
+                                        "--batch",      std::to_string(golden.prompts.size()),
+                                        "--new-tokens", std::to_string(golden.max_new_tokens),
+                                        "--eos",        std::to_string(golden.eos)};
+  if (!bos_prompts) {
+    const std::string prompts =
+        ladder::testing::make_temporary_directory("ladder-golden") + "/prompts.txt";
+    write_rows(prompts, golden.prompts);
+    arguments.insert(arguments.end(), {"--prompt-file", prompts});
+  }
+  check_every_chapter(arguments, expected, weights.config.vocab_size);
 }
 
 }  // namespace
 
 TEST_CASE("golden model, BOS prompts: every chapter equals the reference and Hugging Face",
           "[chapters]") {
-  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
-  const nlohmann::json golden = ladder::testing::load_golden_json("greedy_bos.json");
-  const auto hf_tokens = golden.at("tokens").get<TokenRows>();
-  const int new_tokens = golden.at("max_new_tokens").get<int>();
-  const int batch = static_cast<int>(hf_tokens.size());
-  const int eos = weights.config.eos_token_id;
-
-  const ladder::PromptBatch prompts = ladder::bos_prompts(batch, weights.config.bos_token_id);
-  const reference::Generation expected =
-      reference::generate(weights, prompts.rows(), new_tokens, eos, true);
-  const int hf_steps = ladder::testing::expected_stop_steps(hf_tokens, eos, new_tokens);
-  REQUIRE(expected.steps == hf_steps);
-  REQUIRE(expected.tokens == flatten(hf_tokens, hf_steps));
-
-  check_every_chapter({"--weights", ladder::testing::golden_model_directory(), "--batch",
-                       std::to_string(batch), "--new-tokens", std::to_string(new_tokens)},
-                      expected, weights.config.vocab_size);
+  check_golden_greedy("greedy_bos.json", /*bos_prompts=*/true);
 }
 
 TEST_CASE("golden model, per-row prompts from a file: every chapter equals Hugging Face",
           "[chapters]") {
-  const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
-  const nlohmann::json golden = ladder::testing::load_golden_json("greedy_random_prompts.json");
-  const auto prompts = golden.at("prompts").get<TokenRows>();
-  const auto hf_tokens = golden.at("tokens").get<TokenRows>();
-  const int new_tokens = golden.at("max_new_tokens").get<int>();
-  const int eos = weights.config.eos_token_id;
-
-  const std::string directory = ladder::testing::make_temporary_directory("ladder-golden");
-  write_rows(directory + "/prompts.txt", prompts);
-  const reference::Generation expected =
-      reference::generate(weights, prompts, new_tokens, eos, true);
-  const int hf_steps = ladder::testing::expected_stop_steps(hf_tokens, eos, new_tokens);
-  REQUIRE(expected.steps == hf_steps);
-  REQUIRE(expected.tokens == flatten(hf_tokens, hf_steps));
-
-  check_every_chapter({"--weights", ladder::testing::golden_model_directory(), "--prompt-file",
-                       directory + "/prompts.txt", "--batch", std::to_string(prompts.size()),
-                       "--new-tokens", std::to_string(new_tokens)},
-                      expected, weights.config.vocab_size);
+  check_golden_greedy("greedy_random_prompts.json");
 }
 
 TEST_CASE("early stop where EOS really occurs: every chapter stops at the same step",
           "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
-  const nlohmann::json golden = ladder::testing::load_golden_json("greedy_eos.json");
-  const auto prompts = golden.at("prompts").get<TokenRows>();
-  const int eos = golden.at("eos_override").get<int>();
-  const int stop_steps = golden.at("stop_steps").get<int>();
-  const int new_tokens = golden.at("max_new_tokens").get<int>();
-  REQUIRE(stop_steps < new_tokens);  // the run really stops early
-
-  const std::string directory = ladder::testing::make_temporary_directory("ladder-eos");
-  write_rows(directory + "/prompts.txt", prompts);
-  const reference::Generation expected =
-      reference::generate(weights, prompts, new_tokens, eos, true);
-  REQUIRE(expected.steps == stop_steps);
-
-  check_every_chapter({"--weights", ladder::testing::golden_model_directory(), "--prompt-file",
-                       directory + "/prompts.txt", "--batch", std::to_string(prompts.size()),
-                       "--new-tokens", std::to_string(new_tokens), "--eos", std::to_string(eos)},
-                      expected, weights.config.vocab_size);
+  const auto golden = ladder::testing::load_golden_greedy("greedy_eos.json", weights.config);
+  REQUIRE(golden.stop_steps < golden.max_new_tokens);  // the run really stops early
+  check_golden_greedy("greedy_eos.json");
 }
 
 TEST_CASE("golden model, random prompts of several lengths and batches", "[chapters]") {
@@ -208,16 +181,8 @@ void check_teacher_forced(const std::vector<std::string>& model_arguments,
                           const ExpectedLogits& expected_logits) {
   const int batch = static_cast<int>(sequences.size());
   const int steps = static_cast<int>(sequences.front().size()) - 1;
-  TokenRows first_tokens, continuations;
-  std::vector<bool> used(static_cast<std::size_t>(vocab_size), false);
-  for (const auto& sequence : sequences) {
-    first_tokens.push_back({sequence.front()});
-    continuations.emplace_back(sequence.begin() + 1, sequence.end());
-    for (std::int32_t id : continuations.back()) used[static_cast<std::size_t>(id)] = true;
-  }
-  // An EOS id the sequences never feed, so no row stops early.
-  const int eos = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
-  REQUIRE(eos < vocab_size);
+  const auto [first_tokens, continuations, eos] =
+      ladder::testing::teacher_forcing(sequences, vocab_size);
 
   const std::string directory = ladder::testing::make_temporary_directory("ladder-forced");
   write_rows(directory + "/prompts.txt", first_tokens);
@@ -289,7 +254,10 @@ TEST_CASE("an impossible size fails with a clear out-of-memory line", "[chapters
                   "--runs", "1", "--warmup", "0", "--quiet"});
     INFO(chapter << " printed: " << result.output);
     CHECK(result.exit_code == 1);
-    CHECK(result.output.find("out of device memory") != std::string::npos);
+    // The prologue keeps its KV caches in host memory.
+    const bool on_host = chapter == ladder::testing::kHostChapter;
+    CHECK(result.output.find(on_host ? "out of host memory" : "out of device memory") !=
+          std::string::npos);
     CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
   }
 }

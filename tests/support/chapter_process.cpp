@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <cstdio>
@@ -38,6 +39,12 @@ std::vector<std::string> chapter_names() {
   std::stringstream list(LADDER_CHAPTERS);
   std::string name;
   while (std::getline(list, name, ',')) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> gpu_chapter_names() {
+  std::vector<std::string> names = chapter_names();
+  names.erase(std::remove(names.begin(), names.end(), kHostChapter), names.end());
   return names;
 }
 

@@ -10,8 +10,14 @@
 
 namespace ladder::testing {
 
-/// Every chapter target this build has, in ladder order ("01_naive_decode", ...).
+/// Every chapter target this build has, in ladder order ("00_cpu_reference", ...).
 std::vector<std::string> chapter_names();
+
+/// The prologue, which decodes on the host with the CPU reference and needs no GPU.
+inline const std::string kHostChapter = "00_cpu_reference";
+
+/// chapter_names() without kHostChapter: the chapters that need a GPU.
+std::vector<std::string> gpu_chapter_names();
 
 /// Path of a file under tests/data.
 std::string test_data_path(const std::string& relative);

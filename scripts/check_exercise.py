@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""scripts/check_exercise.py - tells a workshop attendee whether a chapter exercise is right.
+
+After changing a chapter's loop for its exercise (docs/workshop.md), run
+
+    python3 scripts/check_exercise.py 01                 # the chapter's number
+    python3 scripts/check_exercise.py 02 --build build/release   # default: build/current
+
+It rebuilds the chapter and chapter 00 (the CPU reference as a chapter), then:
+  1. correctness, the part that must pass: on four workloads (the small golden model with
+     BOS prompts, with per-row random prompts, with an EOS that stops the run early, and
+     GPT-2 small with per-row random prompts) the chapter's tokens must equal chapter 00's
+     exactly, and every step's logits within 1e-4 relative (max |a - ref| / max |ref| per
+     row and step), as the repository's own tests demand;
+  2. the exercise's columns: the chapter runs the exercise's configuration once more with
+     --json, and the columns the exercise is about are printed beside the committed run's
+     (results/latest). Where the exercise changes a count that does not depend on the
+     machine (syncs/step for 01, alloc/step for 02), the count is checked too.
+Exit status 0 when everything checked passed, 1 otherwise (each failure on one line).
+Step 1 needs a GPU for chapters 01 and later; chapter 00 runs anywhere.
+"""
+import argparse
+import array
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+GOLDEN = REPOSITORY / "tests" / "data" / "golden_model"
+TOLERANCE = 1e-4
+REFERENCE_CHAPTER = "00_cpu_reference"
+
+# Per exercise: the configuration to measure, the JSON columns to show, and the checks
+# on counts that do not depend on the machine: (column, test(value, committed value),
+# what passing means).
+EXERCISES = {
+    "00": {"flags": ["--batch", "1,2", "--new-tokens", "8"], "columns": ["ms_per_step"],
+           "checks": []},
+    "01": {"flags": ["--batch", "1,32", "--new-tokens", "100"],
+           "columns": ["host_syncs_per_step", "gpu_idle_between_steps_s", "ms_per_step"],
+           "checks": [("host_syncs_per_step", lambda value, committed: value <= 0.2,
+                       "the flag read every k >= 8 steps (syncs/step <= 0.2)")]},
+    "02": {"flags": ["--batch", "32", "--new-tokens", "100,400"],
+           "columns": ["allocations_per_step", "fragmentation", "ms_per_step"],
+           "checks": [("allocations_per_step",
+                       lambda value, committed: committed is None or value <= committed - 20,
+                       "the cache grown by doubling: at least 20 fewer allocations a step "
+                       "than the committed run (its 24 a step for keys and values become "
+                       "about log2(N) in all)")]},
+    "04": {"flags": ["--batch", "32", "--new-tokens", "100,400"], "columns": ["ms_per_step"],
+           "checks": []},
+    "05": {"flags": ["--batch", "1,32", "--new-tokens", "100"],
+           "columns": ["kernels_per_step", "ms_per_step"],
+           "checks": [("kernels_per_step",
+                       lambda value, committed: committed is None or value > committed,
+                       "a fusion undone: more launches a step than the committed run")]},
+    "06": {"flags": ["--batch", "1,32", "--new-tokens", "100"],
+           "columns": ["gpu_idle_between_steps_s", "host_syncs_per_step", "ms_per_step"],
+           "checks": []},
+}
+
+
+def fail(message: str) -> None:
+    print(f"check_exercise.py: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def chapter_folder(number: str) -> str:
+    matches = sorted(path.name for path in (REPOSITORY / "chapters").glob(f"{number}_*")
+                     if path.is_dir())
+    if len(matches) != 1:
+        fail(f"no chapter {number} in chapters/ (expected one folder chapters/{number}_name)")
+    return matches[0]
+
+
+def run(command, what: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(part) for part in command], capture_output=True, text=True,
+                            check=False)
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).strip().splitlines()
+        fail(f"{what} failed (exit {result.returncode}): {output[-1] if output else ''}")
+    return result
+
+
+def generate(build: pathlib.Path, chapter: str, flags, directory: pathlib.Path):
+    """(tokens as rows of ints, logits as a flat array) of one run of `chapter`."""
+    tokens, logits = directory / f"{chapter}.tokens.txt", directory / f"{chapter}.logits.bin"
+    run([build / "chapters" / chapter, *flags, "--runs", "1", "--warmup", "0", "--quiet",
+         "--dump-tokens", tokens, "--dump-logits", logits], f"{chapter} {' '.join(flags)}")
+    rows = [[int(value) for value in line.split()] for line in tokens.read_text().splitlines()]
+    values = array.array("f")
+    values.frombytes(logits.read_bytes())
+    return rows, values
+
+
+def relative_error(actual, expected) -> float:
+    difference = max(abs(a - e) for a, e in zip(actual, expected))
+    largest = max(abs(e) for e in expected)
+    return difference / largest if largest > 0 else difference
+
+
+def workloads(directory: pathlib.Path):
+    """(name, chapter flags) of the correctness workloads."""
+    eos = json.loads((GOLDEN / "greedy_eos.json").read_text())
+    prompts = directory / "eos_prompts.txt"
+    prompts.write_text("".join(" ".join(map(str, row)) + "\n" for row in eos["prompts"]))
+    golden = ["--weights", str(GOLDEN)]
+    return [
+        ("golden model, BOS prompts", golden + ["--batch", "4", "--new-tokens", "24"]),
+        ("golden model, random prompts", golden + ["--batch", "9", "--random-prompt-length",
+                                                   "17", "--new-tokens", "64", "--seed", "6"]),
+        ("golden model, early stop at EOS", golden + [
+            "--prompt-file", str(prompts), "--batch", str(len(eos["prompts"])),
+            "--new-tokens", str(eos["max_new_tokens"]), "--eos", str(eos["eos_override"])]),
+        ("GPT-2 small, random prompts", ["--batch", "4", "--random-prompt-length", "8",
+                                         "--new-tokens", "24"]),
+    ]
+
+
+def check_correctness(build: pathlib.Path, chapter: str, directory: pathlib.Path) -> list:
+    problems = []
+    for name, flags in workloads(directory):
+        tokens, logits = generate(build, chapter, flags, directory)
+        expected_tokens, expected_logits = generate(build, REFERENCE_CHAPTER, flags, directory)
+        if tokens != expected_tokens:
+            problems.append(f"{name}: the tokens differ from chapter 00's "
+                            f"({len(tokens[0])} steps against {len(expected_tokens[0])})")
+            continue
+        if len(logits) != len(expected_logits):
+            problems.append(f"{name}: {len(logits)} logits dumped, chapter 00 dumped "
+                            f"{len(expected_logits)}")
+            continue
+        vocab = len(expected_logits) // (len(expected_tokens) * len(expected_tokens[0]))
+        worst = max(relative_error(logits[start:start + vocab], expected_logits[start:start + vocab])
+                    for start in range(0, len(expected_logits), vocab))
+        verdict = "ok" if worst <= TOLERANCE else "FAILED"
+        print(f"  {name}: tokens equal chapter 00's, largest logits error {worst:.2e}: {verdict}")
+        if worst > TOLERANCE:
+            problems.append(f"{name}: logits differ from chapter 00's by {worst:.2e} (> {TOLERANCE})")
+    return problems
+
+
+def committed_rows(chapter: str) -> dict:
+    rows = {}
+    for path in sorted((REPOSITORY / "results" / "latest").glob(f"{chapter}*.json")):
+        for row in json.loads(path.read_text())["configurations"]:
+            rows.setdefault((row["batch"], row["new_tokens"]), row)
+    return rows
+
+
+def show(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def check_columns(build: pathlib.Path, chapter: str, exercise: dict,
+                  directory: pathlib.Path) -> list:
+    output = directory / "measured.json"
+    run([build / "chapters" / chapter, *exercise["flags"], "--json", output, "--quiet"],
+        f"{chapter} {' '.join(exercise['flags'])}")
+    committed = committed_rows(chapter)
+    problems = []
+    for row in json.loads(output.read_text())["configurations"]:
+        before = committed.get((row["batch"], row["new_tokens"]), {})
+        shown = ", ".join(f"{column} {show(row.get(column))} (committed {show(before.get(column))})"
+                          for column in exercise["columns"])
+        print(f"  B = {row['batch']}, N = {row['new_tokens']}: {shown}")
+        for column, test, meaning in exercise["checks"]:
+            value = row.get(column)
+            if value is None or not test(value, before.get(column)):
+                problems.append(f"B = {row['batch']}, N = {row['new_tokens']}: {column} is "
+                                f"{show(value)}; expected {meaning}")
+    return problems
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("chapter", help="the chapter's number, e.g. 01")
+    parser.add_argument("--build", type=pathlib.Path, default=REPOSITORY / "build" / "current",
+                        help="the build folder (default: build/current, the preset built last)")
+    args = parser.parse_args(argv)
+    number = args.chapter.zfill(2)
+    if number not in EXERCISES:
+        fail(f"no exercise check for chapter {number} (there are: {', '.join(EXERCISES)}; "
+             "chapter 03's exercise changes no code)")
+    chapter = chapter_folder(number)
+    build = args.build.resolve()
+    run(["cmake", "--build", build, "--target", chapter, REFERENCE_CHAPTER],
+        f"building {chapter} in {build}")
+
+    with tempfile.TemporaryDirectory(prefix="ladder-exercise-") as temporary:
+        directory = pathlib.Path(temporary)
+        print(f"{chapter}: correctness against chapter 00 (the CPU reference)")
+        problems = check_correctness(build, chapter, directory)
+        print(f"{chapter}: the exercise's columns, beside the committed run (results/latest)")
+        problems += check_columns(build, chapter, EXERCISES[number], directory)
+    for problem in problems:
+        print(f"check_exercise.py: {chapter}: {problem}", file=sys.stderr)
+    print(f"{chapter}: {'FAILED' if problems else 'passed'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,238 @@
+// tests/kernel_report/launch_configs.cpp - the launch configuration every launcher in
+// kernels/ chooses for GPT-2 small at B = 32, asked of the launchers themselves.
+//
+//   build/ci/tests/kernel_launch_configs
+//
+// Runs on a machine without a GPU: this program defines the runtime's kernel-launch
+// entry points itself (the functions that nvcc's `kernel<<<grid, block, shared,
+// stream>>>` expands into), so a launcher's launch is recorded instead of sent to a
+// device. Every launcher is called with the shapes the chapters pass and with fake,
+// 256-byte aligned device addresses (never dereferenced: no kernel runs). Output, one
+// line per launch, tab-separated:
+//   workload  launcher  kernel-offset  grid.x,y,z  block.x,y,z  dynamic-shared-bytes
+// kernel-offset is the kernel's host stub address minus kernel_report_anchor's, which
+// scripts/kernel_report.py turns into the kernel's name with nm.
+//
+// The workloads: "decode" is one decode step, or the prefill of the one-token BOS
+// prompt (B rows; mean valid length 51 of the 101-position cache, as in the default
+// run of 100 new tokens); "sequence" is a whole-sequence forward over T = 51 tokens per
+// row (the naive chapter's mean length).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.cuh"
+#include "kernels/cache_attention.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/sampling.cuh"
+
+// ---------------------------------------------------------------- recorded launches
+
+namespace {
+
+struct Configuration {
+  dim3 grid;
+  dim3 block;
+  std::size_t shared_bytes = 0;
+};
+
+struct Recorder {
+  std::vector<Configuration> pushed;  // <<<...>>> pushes, the launch stub pops
+  std::string workload;
+  std::string launcher;
+  int launches = 0;
+};
+
+Recorder& recorder() {
+  static Recorder instance;
+  return instance;
+}
+
+}  // namespace
+
+extern "C" {
+
+void kernel_report_anchor() {}
+
+// The entry points nvcc's launch code calls (crt/host_runtime.h, CUDA 13).
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, std::size_t shared_bytes,
+                                     cudaStream_t /*stream*/) {
+  recorder().pushed.push_back({grid, block, shared_bytes});
+  return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3* grid, dim3* block, std::size_t* shared_bytes,
+                                       void* stream) {
+  Recorder& state = recorder();
+  if (state.pushed.empty()) return cudaErrorInvalidConfiguration;
+  const Configuration configuration = state.pushed.back();
+  state.pushed.pop_back();
+  *grid = configuration.grid;
+  *block = configuration.block;
+  *shared_bytes = configuration.shared_bytes;
+  *static_cast<cudaStream_t*>(stream) = nullptr;
+  return cudaSuccess;
+}
+
+cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* host_stub) {
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(host_stub));
+  return cudaSuccess;
+}
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** /*arguments*/,
+                               std::size_t shared_bytes, cudaStream_t /*stream*/) {
+  Recorder& state = recorder();
+  const long long offset =
+      reinterpret_cast<const char*>(kernel) - reinterpret_cast<const char*>(&kernel_report_anchor);
+  std::printf("%s\t%s\t%lld\t%u,%u,%u\t%u,%u,%u\t%zu\n", state.workload.c_str(),
+              state.launcher.c_str(), offset, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+              shared_bytes);
+  ++state.launches;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+// A debug build's CUDA_CHECK_LAUNCH() synchronizes after every launch.
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaFuncSetAttribute(const void* /*function*/, cudaFuncAttribute /*attribute*/,
+                                 int /*value*/) {
+  return cudaSuccess;
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------- the chapters' calls
+
+namespace {
+
+/// Distinct fake device addresses, 256-byte aligned like cudaMalloc's.
+class FakeDeviceMemory {
+ public:
+  template <typename T>
+  T* next() {
+    next_address_ += 1u << 20;
+    return reinterpret_cast<T*>(next_address_);
+  }
+
+ private:
+  std::uintptr_t next_address_ = std::uintptr_t{1} << 40;
+};
+
+template <typename Call>
+void record(const char* workload, const char* launcher, const Call& call) {
+  Recorder& state = recorder();
+  state.workload = workload;
+  state.launcher = launcher;
+  const int before = state.launches;
+  call();
+  if (state.launches == before)
+    throw std::runtime_error(std::string(launcher) + " launched nothing that was recorded");
+}
+
+void record_all() {
+  // GPT-2 small at the default workload.
+  constexpr int B = 32;
+  constexpr int C = 768;
+  constexpr int H = 12;
+  constexpr int V = 50257;
+  constexpr int kNewTokens = 100;
+  constexpr int kCapacity = 1 + kNewTokens;  // BOS prompt + new tokens
+  constexpr int kMeanLength = 51;            // valid cache positions, mean over the steps
+  constexpr int kSequence = 51;              // tokens per row, the naive chapter's mean
+  constexpr float kEps = 1e-5f;
+  constexpr cudaStream_t kStream = nullptr;
+
+  FakeDeviceMemory memory;
+  float* x = memory.next<float>();
+  float* y = memory.next<float>();
+  float* residual = memory.next<float>();
+  float* weight = memory.next<float>();
+  float* bias = memory.next<float>();
+  float* qkv = memory.next<float>();
+  float* keys = memory.next<float>();
+  float* values = memory.next<float>();
+  float* new_keys = memory.next<float>();
+  float* new_values = memory.next<float>();
+  float* logits = memory.next<float>();
+  float* workspace = memory.next<float>();
+  std::int32_t* tokens = memory.next<std::int32_t>();
+  std::int32_t* positions = memory.next<std::int32_t>();
+  std::int32_t* finished = memory.next<std::int32_t>();
+  std::int32_t* all_finished = memory.next<std::int32_t>();
+  std::int32_t* output_tokens = memory.next<std::int32_t>();
+  ladder::DecodePosition* cursor = memory.next<ladder::DecodePosition>();
+
+  for (const int T : {1, kSequence}) {
+    const char* workload = T == 1 ? "decode" : "sequence";
+    const int rows = B * T;
+    record(workload, "launch_layernorm",
+           [&] { ladder::launch_layernorm(x, weight, bias, y, rows, C, kEps, kStream); });
+    record(workload, "launch_residual_layernorm", [&] {
+      ladder::launch_residual_layernorm(residual, x, weight, bias, y, rows, C, kEps, kStream);
+    });
+    record(workload, "launch_residual_add",
+           [&] { ladder::launch_residual_add(residual, x, rows, C, kStream); });
+    record(workload, "launch_gelu", [&] { ladder::launch_gelu(x, y, rows, 4 * C, kStream); });
+    record(workload, "launch_add_bias",
+           [&] { ladder::launch_add_bias(x, bias, rows, 3 * C, kStream); });
+    record(workload, "launch_embedding",
+           [&] { ladder::launch_embedding(tokens, positions, weight, bias, y, rows, C, kStream); });
+    record(workload, "launch_sequence_embedding", [&] {
+      ladder::launch_sequence_embedding(tokens, weight, bias, y, B, T, 0, C, kStream);
+    });
+    record(workload, "launch_store_kv_sequence", [&] {
+      ladder::launch_store_kv_sequence(qkv, keys, values, 0, T, kCapacity, B, H, C, kStream);
+    });
+    record(workload, "launch_causal_attention",
+           [&] { ladder::launch_causal_attention(qkv, y, B, T, H, C, kStream); });
+  }
+
+  record("decode", "launch_embedding_at_cursor", [&] {
+    ladder::launch_embedding_at_cursor(tokens, cursor, weight, bias, y, B, C, kStream);
+  });
+  record("decode", "launch_decode_attention", [&] {
+    ladder::launch_decode_attention(qkv, 3 * C, keys, values, y, B, kMeanLength, kMeanLength, H, C,
+                                    kStream);
+  });
+  record("decode", "launch_grow_kv_cache", [&] {
+    ladder::launch_grow_kv_cache(qkv, keys, values, new_keys, new_values, kMeanLength - 1, B, H, C,
+                                 kStream);
+  });
+  record("decode", "launch_append_kv_at_cursor", [&] {
+    ladder::launch_append_kv_at_cursor(qkv, keys, values, cursor, kCapacity, B, H, C, kStream);
+  });
+  record("decode", "launch_static_cache_attention", [&] {
+    ladder::launch_static_cache_attention(qkv, 3 * C, keys, values, cursor, kCapacity, y, B, H, C,
+                                          kStream);
+  });
+  record("decode", "launch_fused_decode_attention", [&] {
+    ladder::launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, y, workspace, B, H,
+                                          C, kStream);
+  });
+  record("decode", "launch_argmax_step", [&] {
+    const ladder::GreedyState state{/*forced_tokens=*/nullptr, finished, all_finished,
+                                    output_tokens, kNewTokens, /*eos_id=*/50256};
+    ladder::launch_argmax_step(logits, tokens, state, cursor, B, V, kStream);
+  });
+}
+
+}  // namespace
+
+int main() {
+  try {
+    record_all();
+    return 0;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "kernel_launch_configs: error: %s\n", error.what());
+    return 1;
+  }
+}
