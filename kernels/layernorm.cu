@@ -24,21 +24,6 @@ namespace {
 constexpr int kLayernormThreads = 256;
 constexpr int kLayernormWarps = kLayernormThreads / kWarpSize;
 
-/// Sum of `value` over the block's threads; every thread receives the same result.
-/// `partials` is kLayernormWarps floats of shared memory, free again on return.
-__device__ __forceinline__ float block_sum(float value, float* partials) {
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  value = warp_sum(value);
-  if (lane == 0) partials[warp] = value;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kLayernormWarps; ++w) total += partials[w];  // the same order everywhere
-  __syncthreads();  // everyone has read partials before the next call overwrites them
-  return total;
-}
-
 // Math:   v[r, :] = x[r, :], or with kAddResidual: residual[r, :] += x[r, :] and
 //         v[r, :] = the new residual[r, :];
 //         mean = sum_c v[r, c] / C;  var = sum_c (v[r, c] - mean)^2 / C;
@@ -80,7 +65,7 @@ __global__ void __launch_bounds__(kLayernormThreads)
       for (int j = 0; j < kWidth; ++j) sum += row[k].values[j];
     }
   }
-  const float mean = block_sum(sum, partials) / static_cast<float>(C);
+  const float mean = block_sum<kLayernormWarps>(sum, partials) / static_cast<float>(C);
 
   float squares = 0.0f;
 #pragma unroll
@@ -93,7 +78,7 @@ __global__ void __launch_bounds__(kLayernormThreads)
       }
     }
   }
-  const float inverse_std = rsqrtf(block_sum(squares, partials) / static_cast<float>(C) + eps);
+  const float inverse_std = rsqrtf(block_sum<kLayernormWarps>(squares, partials) / static_cast<float>(C) + eps);
 
   float* out_row = out + row_offset;
 #pragma unroll
