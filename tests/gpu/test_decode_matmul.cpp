@@ -18,6 +18,7 @@
 #include "common/weights.hpp"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/sampling.cuh"
+#include "tests/gpu/decode_matmul_test_helpers.hpp"
 #include "tests/gpu/device_test_helpers.hpp"
 
 namespace ladder {
@@ -272,37 +273,6 @@ TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
 
 // ---------------------------------------------------------------- the LM head
 
-/// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
-/// and their winner the row's argmax; returns the argmax of every row.
-std::vector<int> check_candidates(const std::vector<float>& logits,
-                                  const std::vector<float>& candidate_values,
-                                  const std::vector<std::int32_t>& candidate_indices, int B,
-                                  int V) {
-  const int tiles = decode_lm_head_candidates(V);
-  std::vector<int> tokens(B);
-  for (int b = 0; b < B; ++b) {
-    CAPTURE(b);
-    const float* row = logits.data() + static_cast<std::size_t>(b) * V;
-    for (int t = 0; t < tiles; ++t) {
-      const int first = t * kDecodeTileColumns;
-      const int count = std::min(kDecodeTileColumns, V - first);
-      const int expected = first + reference::argmax(row + first, count);
-      const std::size_t at = static_cast<std::size_t>(b) * tiles + t;
-      CAPTURE(t);
-      REQUIRE(candidate_indices[at] == expected);
-      REQUIRE((candidate_values[at] == row[expected] ||
-               (std::isnan(candidate_values[at]) && std::isnan(row[expected]))));
-    }
-    // The second pass: the candidates lie in index order, so the argmax over their
-    // values (ties to the first, NaN first) is the winner of the row.
-    const std::size_t first_candidate = static_cast<std::size_t>(b) * tiles;
-    const int best = reference::argmax(candidate_values.data() + first_candidate, tiles);
-    tokens[b] = candidate_indices[first_candidate + best];
-    CHECK(tokens[b] == reference::argmax(row, V));
-  }
-  return tokens;
-}
-
 struct LmHeadResult {
   std::vector<float> logits;
   std::vector<float> candidate_values;
@@ -349,7 +319,7 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
       std::vector<float> expected(static_cast<std::size_t>(c.B) * c.V);
       reference::lm_head(x.data(), wte.data(), expected.data(), c.B, c.C, c.V);
       CHECK(test::checked_relative_error(result.logits, expected) <= tolerance(precision));
-      check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
+      test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
 
       // Without logits: the same candidates, and the logits stay untouched.
       const LmHeadResult candidates_only =
@@ -389,7 +359,7 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
     const LmHeadResult result =
         run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
     const std::vector<int> tokens =
-        check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
+        test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
     const int tiles = decode_lm_head_candidates(V);
     for (int b = 0; b < B; ++b) {
       CAPTURE(b);
