@@ -31,7 +31,7 @@ static_assert(kThreads >= kMaxHeadDim, "the merge gives every output dimension a
 // Shapes: qkv [B, 3C]; keys, values [B, H, capacity, D]; out [B, C]; D % 8 == 0,
 //         D <= kMaxHeadDim.
 // Grid:   one block per (b, h) (blockIdx.x = b H + h), 128 threads: group
-//         G = threadIdx.x / 8 takes positions G, G + 16, ...; lane j = threadIdx.x % 8 of
+//         G = threadIdx.x / 8 takes positions G, G + 16, ... (rounds of 16); lane j = threadIdx.x % 8 of
 //         a group holds pieces j and j + 8 (8 dims each) of q, the key and the value.
 // Promises: LDG.E.128 STG.E.128
 __global__ void __launch_bounds__(kThreads)
@@ -75,25 +75,29 @@ __global__ void __launch_bounds__(kThreads)
 
   float running_max = -INFINITY;
   float running_sum = 0.0f;
-  for (int s = group; s <= p; s += kGroups) {
+  // Rounds of 16 positions, the same count for every lane: the shuffles below need the
+  // whole warp, so a group past p sits a round out instead of leaving the loop.
+  for (int first = 0; first <= p; first += kGroups) {
+    const int s = first + group;
+    const bool active = s <= p;
     const bool newest = s == p;
-    const __nv_bfloat16* key = newest ? new_key : keys + head_offset + static_cast<std::size_t>(s) * D;
+    const __nv_bfloat16* key =
+        newest ? new_key : keys + head_offset + static_cast<std::size_t>(s) * D;
     const __nv_bfloat16* value =
         newest ? new_value : values + head_offset + static_cast<std::size_t>(s) * D;
-    PackedFloats<kBfloatPack> key_pieces[kPiecesPerLane];
     PackedFloats<kBfloatPack> value_pieces[kPiecesPerLane];
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPiecesPerLane; ++i) {
       const int piece = lane + i * kLanesPerPosition;
-      if (piece < pieces) {
-        key_pieces[i] = load_bfloat16_pack<kBfloatPack>(key, piece);
+      if (active && piece < pieces) {
+        const PackedFloats<kBfloatPack> key_piece = load_bfloat16_pack<kBfloatPack>(key, piece);
         value_pieces[i] = load_bfloat16_pack<kBfloatPack>(value, piece);
 #pragma unroll
-        for (int j = 0; j < kBfloatPack; ++j) dot = fmaf(q[i].values[j], key_pieces[i].values[j], dot);
+        for (int j = 0; j < kBfloatPack; ++j) dot = fmaf(q[i].values[j], key_piece.values[j], dot);
         if (newest) {  // append: the cache row of position p, exactly the bf16 of qkv
           const std::size_t at = head_offset + static_cast<std::size_t>(p) * D;
-          store_bfloat16_pack<kBfloatPack>(keys + at, piece, key_pieces[i]);
+          store_bfloat16_pack<kBfloatPack>(keys + at, piece, key_piece);
           store_bfloat16_pack<kBfloatPack>(values + at, piece, value_pieces[i]);
         }
       }
@@ -101,6 +105,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int offset = 1; offset < kLanesPerPosition; offset *= 2)
       dot += __shfl_xor_sync(kFullWarpMask, dot, offset);
+    if (!active) continue;
     const float new_max = fmaxf(running_max, dot);
     const float correction = expf(running_max - new_max);
     const float weight = expf(dot - new_max);
