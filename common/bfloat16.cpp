@@ -122,8 +122,7 @@ std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, in
 
 std::vector<std::uint16_t> pack_bfloat16_weights_transposed(const float* matrix, int N, int K,
                                                             BfloatLayout layout) {
-  return pack_from(matrix, K, N, BfloatLayout::n_major, layout,
-                   "pack_bfloat16_weights_transposed");
+  return pack_from(matrix, K, N, BfloatLayout::n_major, layout, "pack_bfloat16_weights_transposed");
 }
 
 std::vector<float> unpack_bfloat16_weights(const std::vector<std::uint16_t>& packed, int K, int N,

@@ -31,13 +31,13 @@ static_assert(kThreads >= kMaxHeadDim, "the merge gives every output dimension a
 // Shapes: qkv [B, 3C]; keys, values [B, H, capacity, D]; out [B, C]; D % 8 == 0,
 //         D <= kMaxHeadDim.
 // Grid:   one block per (b, h) (blockIdx.x = b H + h), 128 threads: group
-//         G = threadIdx.x / 8 takes positions G, G + 16, ... (rounds of 16); lane j = threadIdx.x % 8 of
-//         a group holds pieces j and j + 8 (8 dims each) of q, the key and the value.
+//         G = threadIdx.x / 8 takes positions G, G + 16, ... (rounds of 16); lane j = threadIdx.x %
+//         8 of a group holds pieces j and j + 8 (8 dims each) of q, the key and the value.
 // Promises: LDG.E.128 STG.E.128
 __global__ void __launch_bounds__(kThreads)
     decode_attention_bf16_kernel(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
-                                 __nv_bfloat16* values, const DecodePosition* cursor,
-                                 int capacity, __nv_bfloat16* out, int H, int C) {
+                                 __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
+                                 __nv_bfloat16* out, int H, int C) {
   __shared__ float group_max[kGroups];
   __shared__ float group_sum[kGroups];
   __shared__ float group_values[kGroups][kMaxHeadDim];
@@ -154,15 +154,11 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
-                                  __nv_bfloat16* values, const DecodePosition* cursor,
-                                  int capacity, __nv_bfloat16* out, int B, int H, int C,
-                                  cudaStream_t stream) {
+                                  __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
+                                  __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_attention_bf16";
-  launch_checks::require_not_null(kName, {{"qkv", qkv},
-                                          {"keys", keys},
-                                          {"values", values},
-                                          {"cursor", cursor},
-                                          {"out", out}});
+  launch_checks::require_not_null(
+      kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}, {"out", out}});
   launch_checks::require_positive(kName, {{"B", B}, {"H", H}, {"C", C}, {"capacity", capacity}});
   launch_checks::require(C % H == 0, kName, "C must be divisible by H");
   const int D = C / H;

@@ -31,8 +31,7 @@ namespace ladder {
 /// divisible by H, D = C / H not a multiple of 8 or above kMaxHeadDim, or a pointer that
 /// is not 16-byte aligned.
 void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
-                                  __nv_bfloat16* values, const DecodePosition* cursor,
-                                  int capacity, __nv_bfloat16* out, int B, int H, int C,
-                                  cudaStream_t stream);
+                                  __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
+                                  __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream);
 
 }  // namespace ladder

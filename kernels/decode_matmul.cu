@@ -36,10 +36,10 @@ using decode_tail::sum_k_groups;
 constexpr int kThreads = decode_tail::kThreads;  // 256
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kStages = 4;
-constexpr int kTileColumns = kDecodeTileColumns;  // 64
-constexpr int kChunkRows = kDecodeChunkRows;      // 32
-constexpr int kWeightStride = kTileColumns + 8;   // floats between two W rows in shared memory
-constexpr int kXStride = kChunkRows + 4;          // floats between two x rows in shared memory
+constexpr int kTileColumns = kDecodeTileColumns;       // 64
+constexpr int kChunkRows = kDecodeChunkRows;           // 32
+constexpr int kWeightStride = kTileColumns + 8;        // floats between two W rows in shared memory
+constexpr int kXStride = kChunkRows + 4;               // floats between two x rows in shared memory
 constexpr int kTileStride = decode_tail::kTileStride;  // floats between two rows of a summed tile
 /// Blocks the plan aims for per multiprocessor (two fit: registers and shared memory).
 constexpr int kTargetBlocksPerMultiprocessor = 2;
@@ -474,9 +474,9 @@ std::vector<float> download_matrix(const float* device, int rows, int columns) {
 }  // namespace
 
 DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors) {
-  launch_checks::require_positive("choose_decode_splits", {{"chunks", chunks},
-                                                          {"column_tiles", column_tiles},
-                                                          {"multiprocessors", multiprocessors}});
+  launch_checks::require_positive(
+      "choose_decode_splits",
+      {{"chunks", chunks}, {"column_tiles", column_tiles}, {"multiprocessors", multiprocessors}});
   // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
   // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
   // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
@@ -511,8 +511,7 @@ DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
   plan.row_tile = row_tile_for(B, precision);
   plan.column_tiles = layout.column_tiles;
   plan.chunks = layout.padded_rows / kChunkRows;
-  const DecodeSplits chosen =
-      choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
+  const DecodeSplits chosen = choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
   plan.splits = chosen.splits;
   plan.chunks_per_split = chosen.chunks_per_split;
   plan.partial_floats =

@@ -26,9 +26,9 @@ using decode_tail::kThreads;
 using decode_tail::kTileColumns;
 using decode_tail::kTileStride;
 
-constexpr int kChunkRows = kDecodeBf16ChunkRows;             // 64 inputs per chunk
-constexpr int kOctetsPerChunk = kChunkRows / kBfloatTileK;   // 8 pieces of 8 inputs
-constexpr int kColumnGroups = kTileColumns / 16;             // 4: warp % 4
+constexpr int kChunkRows = kDecodeBf16ChunkRows;               // 64 inputs per chunk
+constexpr int kOctetsPerChunk = kChunkRows / kBfloatTileK;     // 8 pieces of 8 inputs
+constexpr int kColumnGroups = kTileColumns / 16;               // 4: warp % 4
 constexpr int kKGroups = decode_tail::kWarps / kColumnGroups;  // 2: warp / 4
 constexpr int kChunksAhead = 4;  // chunks of W in flight per lane (8 x 16 bytes)
 constexpr int kBlocksPerMultiprocessor = 2;
@@ -85,8 +85,7 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
     std::uint32_t words[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const std::uint32_t low =
-          k + 2 * i < a.K ? __bfloat16_as_ushort(source[k + 2 * i]) : 0u;
+      const std::uint32_t low = k + 2 * i < a.K ? __bfloat16_as_ushort(source[k + 2 * i]) : 0u;
       const std::uint32_t high =
           k + 2 * i + 1 < a.K ? __bfloat16_as_ushort(source[k + 2 * i + 1]) : 0u;
       words[i] = low | (high << 16);
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   const int lane_octet = 4 * k_group + u;  // the octet of each chunk this lane reads
 
   const ChunkRange range = chunk_range(a, split);
-  const auto load_weights = [&](int chunk_in_range, uint4 (&pieces)[2]) {
+  const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
     const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + lane_octet;
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8) {
@@ -308,8 +307,7 @@ void launch_decode_lm_head_bf16(const __nv_bfloat16* x, const __nv_bfloat16* pac
                          "nothing to write: give logits, candidates or both");
   launch_checks::require_positive(kName, {{"B", B}, {"C", C}, {"V", V}});
   launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
-  run_product(kName,
-              ProductPointers{x, packed_wte, nullptr, candidate_values, candidate_indices},
+  run_product(kName, ProductPointers{x, packed_wte, nullptr, candidate_values, candidate_indices},
               logits, B, C, V, DecodeEpilogue::kNone, workspace, stream);
 }
 

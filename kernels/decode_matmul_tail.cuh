@@ -23,10 +23,10 @@
 
 namespace ladder::decode_tail {
 
-constexpr int kThreads = 256;                          // every decode-matmul block
+constexpr int kThreads = 256;  // every decode-matmul block
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kTileColumns = kDecodeTileColumns;       // 64
-constexpr int kTileStride = kDecodeTileColumns + 4;    // floats between two rows of a tile
+constexpr int kTileColumns = kDecodeTileColumns;     // 64
+constexpr int kTileStride = kDecodeTileColumns + 4;  // floats between two rows of a tile
 
 __device__ __forceinline__ float widen(float value) { return value; }
 __device__ __forceinline__ float widen(__nv_bfloat16 value) { return __bfloat162float(value); }

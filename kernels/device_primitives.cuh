@@ -1,6 +1,6 @@
 // kernels/device_primitives.cuh - device building blocks shared by the kernel families:
-// warp-wide and block-wide reductions by register shuffles, packed float access (one 16-byte load or
-// store instead of four 4-byte ones), and GPT-2's GELU.
+// warp-wide and block-wide reductions by register shuffles, packed float access (one 16-byte load
+// or store instead of four 4-byte ones), and GPT-2's GELU.
 #pragma once
 
 #include <cstddef>

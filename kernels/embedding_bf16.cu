@@ -54,8 +54,8 @@ void launch_embedding_bf16_kernel(const std::int32_t* tokens, const std::int32_t
     constexpr int kWidth = decltype(width)::value;
     const std::size_t packs = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C / kWidth);
     const unsigned int blocks = launch_checks::grid_stride_blocks(packs, kEmbeddingThreads);
-    embedding_bf16_kernel<kWidth>
-        <<<blocks, kEmbeddingThreads, 0, stream>>>(tokens, positions, cursor, wte, wpe, out, rows, C);
+    embedding_bf16_kernel<kWidth><<<blocks, kEmbeddingThreads, 0, stream>>>(
+        tokens, positions, cursor, wte, wpe, out, rows, C);
   });
   CUDA_CHECK_LAUNCH(stream);
 }

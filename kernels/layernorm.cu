@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kLayernormThreads)
       }
     }
   }
-  const float inverse_std = rsqrtf(block_sum<kLayernormWarps>(squares, partials) / static_cast<float>(C) + eps);
+  const float inverse_std =
+      rsqrtf(block_sum<kLayernormWarps>(squares, partials) / static_cast<float>(C) + eps);
 
   float* out_row = out + row_offset;
 #pragma unroll

@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  const float inverse_std = rsqrtf(block_sum<kWarps>(squares, partials) / static_cast<float>(C) + eps);
+  const float inverse_std =
+      rsqrtf(block_sum<kWarps>(squares, partials) / static_cast<float>(C) + eps);
 
 #pragma unroll
   for (int k = 0; k < kPacksPerThread; ++k) {
@@ -82,7 +83,8 @@ void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
                            float eps, cudaStream_t stream) {
   constexpr const char* kName = "launch_layernorm_bf16";
-  launch_checks::require_not_null(kName, {{"x", x}, {"weight", weight}, {"bias", bias}, {"out", out}});
+  launch_checks::require_not_null(kName,
+                                  {{"x", x}, {"weight", weight}, {"bias", bias}, {"out", out}});
   launch_checks::require_positive(kName, {{"rows", rows}, {"C", C}});
   launch_checks::require(std::isfinite(eps) && eps >= 0.0f, kName, "eps must be finite and >= 0");
   if (C > kMaxLayernormC)

@@ -33,8 +33,7 @@ inline __nv_bfloat16* as_bfloat16(const DeviceBfloats& array) {
 }
 
 /// n bf16 values (held as floats) drawn uniformly from [low, high) and rounded.
-inline std::vector<float> random_bfloat16(std::mt19937& rng, std::size_t n, float low,
-                                          float high) {
+inline std::vector<float> random_bfloat16(std::mt19937& rng, std::size_t n, float low, float high) {
   std::vector<float> values = random_uniform(rng, n, low, high);
   round_to_bfloat16(values.data(), values.size());
   return values;
@@ -71,7 +70,8 @@ inline double bfloat16_step(double value) {
 /// differ (then every element counts). 0 is a pass.
 inline std::size_t beyond_one_bfloat16_step(const std::vector<float>& actual,
                                             const std::vector<float>& expected, double slack) {
-  if (actual.size() != expected.size() || actual.empty()) return std::max<std::size_t>(1, expected.size());
+  if (actual.size() != expected.size() || actual.empty())
+    return std::max<std::size_t>(1, expected.size());
   std::size_t beyond = 0;
   for (std::size_t i = 0; i < actual.size(); ++i) {
     const double a = actual[i];
@@ -86,7 +86,8 @@ inline std::size_t beyond_one_bfloat16_step(const std::vector<float>& actual,
 /// max |value| of a vector (0 for an empty one).
 inline double max_magnitude(const std::vector<float>& values) {
   double largest = 0.0;
-  for (const float value : values) largest = std::max(largest, std::fabs(static_cast<double>(value)));
+  for (const float value : values)
+    largest = std::max(largest, std::fabs(static_cast<double>(value)));
   return largest;
 }
 

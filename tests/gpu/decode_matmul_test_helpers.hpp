@@ -18,9 +18,9 @@ namespace ladder::test {
 /// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
 /// and their winner the row's argmax; returns the argmax of every row.
 inline std::vector<int> check_candidates(const std::vector<float>& logits,
-                                  const std::vector<float>& candidate_values,
-                                  const std::vector<std::int32_t>& candidate_indices, int B,
-                                  int V) {
+                                         const std::vector<float>& candidate_values,
+                                         const std::vector<std::int32_t>& candidate_indices, int B,
+                                         int V) {
   const int tiles = decode_lm_head_candidates(V);
   std::vector<int> tokens(B);
   for (int b = 0; b < B; ++b) {

@@ -45,8 +45,7 @@ struct AttentionResult {
 };
 
 AttentionResult run_attention(const test::DeviceStream& stream, const AttentionCase& c,
-                              const std::vector<float>& qkv,
-                              const std::vector<std::uint16_t>& keys,
+                              const std::vector<float>& qkv, const std::vector<std::uint16_t>& keys,
                               const std::vector<std::uint16_t>& values, int cursor_position) {
   const test::DeviceBfloats qkv_device(test::to_bfloat16_bits(qkv));
   test::DeviceBfloats keys_device(keys);
@@ -68,9 +67,10 @@ TEST_CASE("launch_decode_attention_bf16 appends k, v and attends over positions 
   test::DeviceStream stream;
   // GPT-2 small's heads at lengths 1, odd and the full cache; D = 128 (two pieces per
   // lane), D = 8 (one lane of eight busy) and odd B.
-  for (const AttentionCase c : {AttentionCase{1, 12, 768, 101, 0}, AttentionCase{3, 12, 768, 101, 50},
-                                AttentionCase{32, 12, 768, 101, 100}, AttentionCase{5, 4, 512, 40, 17},
-                                AttentionCase{7, 3, 24, 33, 32}, AttentionCase{64, 12, 768, 20, 16}}) {
+  for (const AttentionCase c :
+       {AttentionCase{1, 12, 768, 101, 0}, AttentionCase{3, 12, 768, 101, 50},
+        AttentionCase{32, 12, 768, 101, 100}, AttentionCase{5, 4, 512, 40, 17},
+        AttentionCase{7, 3, 24, 33, 32}, AttentionCase{64, 12, 768, 20, 16}}) {
     CAPTURE(c.B, c.H, c.C, c.capacity, c.p);
     const int D = c.C / c.H;
     const std::size_t cache_size = static_cast<std::size_t>(c.B) * c.C * c.capacity;
@@ -99,7 +99,8 @@ TEST_CASE("launch_decode_attention_bf16 appends k, v and attends over positions 
           keys[cache_index(c, b, h, c.p, d)] = qkv[column + c.C];
           values[cache_index(c, b, h, c.p, d)] = qkv[column + 2 * c.C];
           // The appended entry, bit for bit; the positions after p untouched.
-          CHECK(result.keys[cache_index(c, b, h, c.p, d)] == float_to_bfloat16_bits(qkv[column + c.C]));
+          CHECK(result.keys[cache_index(c, b, h, c.p, d)] ==
+                float_to_bfloat16_bits(qkv[column + c.C]));
           CHECK(result.values[cache_index(c, b, h, c.p, d)] ==
                 float_to_bfloat16_bits(qkv[column + 2 * c.C]));
           if (c.p + 1 < c.capacity)
@@ -124,7 +125,8 @@ TEST_CASE("launch_decode_attention_bf16: a cursor outside the cache gives NaN, n
   const AttentionCase c{2, 12, 768, 16, 0};
   const std::size_t cache_size = static_cast<std::size_t>(c.B) * c.C * c.capacity;
   const std::vector<float> qkv = test::rounded_to_bfloat16(test::random_qkv(rng, c.B, c.C));
-  const std::vector<std::uint16_t> keys = test::to_bfloat16_bits(test::random_bfloat16(rng, cache_size, -1.0f, 1.0f));
+  const std::vector<std::uint16_t> keys =
+      test::to_bfloat16_bits(test::random_bfloat16(rng, cache_size, -1.0f, 1.0f));
   for (const int position : {-1, c.capacity}) {
     CAPTURE(position);
     const AttentionResult result = run_attention(stream, c, qkv, keys, keys, position);
@@ -145,8 +147,9 @@ TEST_CASE("launch_decode_attention_bf16 rejects bad arguments", "[kernels][atten
                   std::invalid_argument);  // C not divisible by H
   CHECK_THROWS_AS(launch_decode_attention_bf16(x, x, x, cursor.get(), 4, x, 1, 4, 16, stream.get()),
                   std::invalid_argument);  // D = 4, not a multiple of 8
-  CHECK_THROWS_AS(launch_decode_attention_bf16(x + 1, x, x, cursor.get(), 4, x, 1, 2, 16, stream.get()),
-                  std::invalid_argument);  // qkv not 16-byte aligned
+  CHECK_THROWS_AS(
+      launch_decode_attention_bf16(x + 1, x, x, cursor.get(), 4, x, 1, 2, 16, stream.get()),
+      std::invalid_argument);  // qkv not 16-byte aligned
 }
 
 }  // namespace

@@ -319,7 +319,8 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
       std::vector<float> expected(static_cast<std::size_t>(c.B) * c.V);
       reference::lm_head(x.data(), wte.data(), expected.data(), c.B, c.C, c.V);
       CHECK(test::checked_relative_error(result.logits, expected) <= tolerance(precision));
-      test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
+      test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B,
+                             c.V);
 
       // Without logits: the same candidates, and the logits stay untouched.
       const LmHeadResult candidates_only =
@@ -358,8 +359,8 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
     const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
     const LmHeadResult result =
         run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
-    const std::vector<int> tokens =
-        test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
+    const std::vector<int> tokens = test::check_candidates(result.logits, result.candidate_values,
+                                                           result.candidate_indices, B, V);
     const int tiles = decode_lm_head_candidates(V);
     for (int b = 0; b < B; ++b) {
       CAPTURE(b);

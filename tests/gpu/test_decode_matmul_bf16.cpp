@@ -98,7 +98,8 @@ void check_products(std::mt19937& rng, DecodeQueue& queue, const Shape shape,
   const std::vector<float> bias = test::random_bfloat16(rng, N, -2.0f, 2.0f);
   const test::DeviceBfloats bias_device(test::to_bfloat16_bits(bias));
   for (const int B : batches) {
-    const std::vector<float> x = test::random_bfloat16(rng, static_cast<std::size_t>(B) * K, -1.0f, 1.0f);
+    const std::vector<float> x =
+        test::random_bfloat16(rng, static_cast<std::size_t>(B) * K, -1.0f, 1.0f);
     const std::vector<float> residual =
         test::random_bfloat16(rng, static_cast<std::size_t>(B) * N, -3.0f, 3.0f);
     const test::DeviceBfloats x_device(test::to_bfloat16_bits(x));
@@ -108,7 +109,8 @@ void check_products(std::mt19937& rng, DecodeQueue& queue, const Shape shape,
     reference::linear(x.data(), weight.weight.data(), bias.data(), with_bias.data(), B, K, N);
     for (const DecodeEpilogue epilogue : kEpilogues) {
       CAPTURE(B, K, N, static_cast<int>(epilogue));
-      const std::vector<float> expected = expected_output(without_bias, with_bias, residual, epilogue);
+      const std::vector<float> expected =
+          expected_output(without_bias, with_bias, residual, epilogue);
       const std::vector<float> y =
           run_product(queue, x_device, weight.packed, bias_device, residual, B, K, N, epilogue);
       CHECK(test::beyond_one_bfloat16_step(y, expected, kSlack * test::max_magnitude(expected)) ==
@@ -124,11 +126,13 @@ TEST_CASE("launch_decode_matmul_bf16 matches the bf16 reference with every epilo
   LADDER_SEEDED_RNG(rng);
   DecodeQueue queue;
   // Every row tile (16, 32, 64), full and one row into it, and odd B.
-  for (const Shape shape : kGpt2Shapes) check_products(rng, queue, shape, {1, 3, 16, 17, 32, 33, 64});
+  for (const Shape shape : kGpt2Shapes)
+    check_products(rng, queue, shape, {1, 3, 16, 17, 32, 33, 64});
   for (const Shape shape : kOddShapes) check_products(rng, queue, shape, {1, 5, 31, 64});
 }
 
-TEST_CASE("launch_decode_matmul_bf16 handles every B from 1 to 64", "[kernels][decode_matmul][bf16]") {
+TEST_CASE("launch_decode_matmul_bf16 handles every B from 1 to 64",
+          "[kernels][decode_matmul][bf16]") {
   LADDER_SEEDED_RNG(rng);
   DecodeQueue queue;
   std::vector<int> batches(64);
@@ -136,7 +140,8 @@ TEST_CASE("launch_decode_matmul_bf16 handles every B from 1 to 64", "[kernels][d
   const PackedWeight weight(rng, 768, 768);
   for (const int B : batches) {
     CAPTURE(B);
-    const std::vector<float> x = test::random_bfloat16(rng, static_cast<std::size_t>(B) * 768, -1.0f, 1.0f);
+    const std::vector<float> x =
+        test::random_bfloat16(rng, static_cast<std::size_t>(B) * 768, -1.0f, 1.0f);
     const test::DeviceBfloats x_device(test::to_bfloat16_bits(x));
     std::vector<float> expected(static_cast<std::size_t>(B) * 768);
     reference::linear(x.data(), weight.weight.data(), nullptr, expected.data(), B, 768, 768);
@@ -161,8 +166,8 @@ TEST_CASE("bf16 decode matmuls repeat bit for bit, split or not",
     const std::vector<float> x =
         test::random_bfloat16(rng, static_cast<std::size_t>(33) * shape.K, -1.0f, 1.0f);
     const test::DeviceBfloats x_device(test::to_bfloat16_bits(x));
-    const std::vector<float> first = run_product(queue, x_device, weight.packed, bias_device, {}, 33,
-                                                 shape.K, shape.N, DecodeEpilogue::kBiasGelu);
+    const std::vector<float> first = run_product(queue, x_device, weight.packed, bias_device, {},
+                                                 33, shape.K, shape.N, DecodeEpilogue::kBiasGelu);
     for (int run = 0; run < 5; ++run) {
       const std::vector<float> again = run_product(queue, x_device, weight.packed, bias_device, {},
                                                    33, shape.K, shape.N, DecodeEpilogue::kBiasGelu);

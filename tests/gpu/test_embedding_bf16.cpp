@@ -54,9 +54,9 @@ TEST_CASE("launch_embedding_bf16 matches the bf16 reference", "[kernels][bf16]")
       const test::DeviceArray<std::int32_t> positions_device(positions);
       test::DeviceBfloats out(static_cast<std::size_t>(rows) * C);
       out.poison();
-      launch_embedding_bf16(tokens_device.get(), positions_device.get(),
-                            test::as_bfloat16(tables.wte_device), test::as_bfloat16(tables.wpe_device),
-                            test::as_bfloat16(out), rows, C, stream.get());
+      launch_embedding_bf16(
+          tokens_device.get(), positions_device.get(), test::as_bfloat16(tables.wte_device),
+          test::as_bfloat16(tables.wpe_device), test::as_bfloat16(out), rows, C, stream.get());
       stream.synchronize();
       CHECK(test::from_bfloat16_bits(out.download()) == tables.expected(tokens, positions));
     }
@@ -76,13 +76,13 @@ TEST_CASE("launch_embedding_at_cursor_bf16 reads the position from device memory
     const test::DeviceArray<DecodePosition> cursor = test::device_cursor(3, position);
     test::DeviceBfloats out(static_cast<std::size_t>(B) * 768);
     out.poison();
-    launch_embedding_at_cursor_bf16(tokens_device.get(), cursor.get(),
-                                    test::as_bfloat16(tables.wte_device),
-                                    test::as_bfloat16(tables.wpe_device), test::as_bfloat16(out), B,
-                                    768, stream.get());
+    launch_embedding_at_cursor_bf16(
+        tokens_device.get(), cursor.get(), test::as_bfloat16(tables.wte_device),
+        test::as_bfloat16(tables.wpe_device), test::as_bfloat16(out), B, 768, stream.get());
     stream.synchronize();
-    CHECK(test::from_bfloat16_bits(out.download()) ==
-          tables.expected(tokens, std::vector<std::int32_t>(static_cast<std::size_t>(B), position)));
+    CHECK(
+        test::from_bfloat16_bits(out.download()) ==
+        tables.expected(tokens, std::vector<std::int32_t>(static_cast<std::size_t>(B), position)));
   }
 }
 

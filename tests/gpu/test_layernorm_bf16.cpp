@@ -48,7 +48,8 @@ TEST_CASE("launch_layernorm_bf16 matches the bf16 reference", "[kernels][bf16]")
     for (const int rows : {1, 3, 32, 65}) {
       CAPTURE(C, rows);
       // Rows with their own offset (up to +-4 against a spread of 1), as the fp32 test.
-      std::vector<float> x = test::random_uniform(rng, static_cast<std::size_t>(rows) * C, -1.0f, 1.0f);
+      std::vector<float> x =
+          test::random_uniform(rng, static_cast<std::size_t>(rows) * C, -1.0f, 1.0f);
       const std::vector<float> offsets = test::random_uniform(rng, rows, -4.0f, 4.0f);
       for (int r = 0; r < rows; ++r)
         for (int c = 0; c < C; ++c) x[static_cast<std::size_t>(r) * C + c] += offsets[r];
@@ -59,7 +60,8 @@ TEST_CASE("launch_layernorm_bf16 matches the bf16 reference", "[kernels][bf16]")
       const std::vector<float> out = run_layernorm(stream, x, weight_device, bias_device, rows, C);
       CHECK(test::beyond_one_bfloat16_step(out, expected, kSlack * test::max_magnitude(expected)) ==
             0);
-      const std::vector<float> again = run_layernorm(stream, x, weight_device, bias_device, rows, C);
+      const std::vector<float> again =
+          run_layernorm(stream, x, weight_device, bias_device, rows, C);
       CHECK(std::memcmp(out.data(), again.data(), out.size() * sizeof(float)) == 0);
     }
   }
