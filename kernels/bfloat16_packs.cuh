@@ -56,6 +56,32 @@ __device__ __forceinline__ void store_bfloat16_pack(__nv_bfloat16* values, std::
   }
 }
 
+/// One name for either element type, so that a kernel template serves fp32 and bf16:
+/// float packs (load_packed) or bf16 packs widened to float and rounded back.
+template <int kWidth>
+__device__ __forceinline__ PackedFloats<kWidth> load_pack(const float* values, std::size_t index) {
+  return load_packed<kWidth>(values, index);
+}
+template <int kWidth>
+__device__ __forceinline__ PackedFloats<kWidth> load_pack(const __nv_bfloat16* values,
+                                                          std::size_t index) {
+  return load_bfloat16_pack<kWidth>(values, index);
+}
+template <int kWidth>
+__device__ __forceinline__ void store_pack(float* values, std::size_t index,
+                                           const PackedFloats<kWidth>& pack) {
+  store_packed<kWidth>(values, index, pack);
+}
+template <int kWidth>
+__device__ __forceinline__ void store_pack(__nv_bfloat16* values, std::size_t index,
+                                           const PackedFloats<kWidth>& pack) {
+  store_bfloat16_pack<kWidth>(values, index, pack);
+}
+
+/// Elements of one 16-byte pack: 4 floats or 8 bf16.
+template <typename Element>
+constexpr int kPackWidth = static_cast<int>(16 / sizeof(Element));
+
 /// Host side: launch(std::integral_constant<int, 8>) when `packed` (every pointer
 /// 16-byte aligned, every row a multiple of 8 values), else with 1.
 template <typename Launch>

@@ -1,7 +1,7 @@
 // kernels/decode_matmul.cu - the decode matmuls (see decode_matmul.cuh for the math,
 // the grid and the order of the sums): one streaming pipeline, two inner products
 // (fp32 FFMA and TF32 mma.sync), and the tail shared with the bf16 kernels
-// (decode_matmul_tail.cuh) that sums the warps and the splits and applies the epilogue.
+// (decode_matmul_common.cuh) that sums the warps and the splits and applies the epilogue.
 //
 // Shared memory of a block (floats):
 //   pipeline  kStages stages, each  W chunk [32][72] (64 columns + 8 of padding)
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/cuda_check.hpp"
-#include "kernels/decode_matmul_tail.cuh"
+#include "kernels/decode_matmul_common.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -27,45 +27,26 @@ namespace ladder {
 
 namespace {
 
-using decode_tail::chunk_range;
-using decode_tail::ChunkRange;
-using decode_tail::gather_splits;
-using decode_tail::store_tile;
-using decode_tail::sum_k_groups;
+using decode_common::chunk_range;
+using decode_common::ChunkRange;
+using decode_common::gather_splits;
+using decode_common::store_tile;
+using decode_common::sum_k_groups;
 
-constexpr int kThreads = decode_tail::kThreads;  // 256
+constexpr int kThreads = decode_common::kThreads;  // 256
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kStages = 4;
-constexpr int kTileColumns = kDecodeTileColumns;       // 64
-constexpr int kChunkRows = kDecodeChunkRows;           // 32
-constexpr int kWeightStride = kTileColumns + 8;        // floats between two W rows in shared memory
-constexpr int kXStride = kChunkRows + 4;               // floats between two x rows in shared memory
-constexpr int kTileStride = decode_tail::kTileStride;  // floats between two rows of a summed tile
+constexpr int kTileColumns = kDecodeTileColumns;  // 64
+constexpr int kChunkRows = kDecodeChunkRows;      // 32
+constexpr int kWeightStride = kTileColumns + 8;   // floats between two W rows in shared memory
+constexpr int kXStride = kChunkRows + 4;          // floats between two x rows in shared memory
+constexpr int kTileStride = decode_common::kTileStride;  // floats between two rows of a summed tile
 /// Blocks the plan aims for per multiprocessor (two fit: registers and shared memory).
 constexpr int kTargetBlocksPerMultiprocessor = 2;
-constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
 
-/// Everything a decode-matmul kernel reads, by value (one struct, not 18 arguments).
-struct DecodeMatmulArguments {
-  const float* x;                   ///< [B, K]
-  const float* weight;              ///< packed [T][padded_rows][64]
-  const float* bias;                ///< [N] or null
-  float* out;                       ///< [B, N] or null (LM head without logits)
-  float* candidate_values;          ///< [B, T] or null
-  std::int32_t* candidate_indices;  ///< [B, T] or null
-  float* partials;                  ///< [S][T][B][64] when S > 1
-  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
-  int B;
-  int K;
-  int N;
-  int padded_rows;
-  int column_tiles;
-  int chunks;
-  int splits;
-  int chunks_per_split;
-  DecodeEpilogue epilogue;
-  bool out_pairs;  ///< N even and out 8-byte aligned: float2 stores
-};
+/// The fp32 kernels' arguments: x, W, bias and out in fp32, W packed by
+/// pack_decode_weight (padded_rows: K rounded up to 32).
+using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>;
 
 // ---------------------------------------------------------------- row tiles and shared memory
 
@@ -422,37 +403,10 @@ struct ProductPointers {
 void run_product(const char* launcher, const ProductPointers& p, int B, int K, int N,
                  DecodeEpilogue epilogue, DecodePrecision precision,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
-  launch_checks::require(launch_checks::is_16_byte_aligned(p.weight), launcher,
-                         "the packed weight must be 16-byte aligned");
-  launch_checks::require(DecodeWeightLayout::of(K, N).column_tiles <= kMaxGridY, launcher,
-                         "N must be at most 65535 * 64 (one block row per column tile)");
   const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
-  if (plan.splits > 1) {
-    launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
-                               plan.column_tiles <= workspace.tile_counter_count(),
-                           launcher, "the workspace is too small for this product");
-  }
-  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
-  DecodeMatmulArguments arguments{};
-  arguments.x = p.x;
-  arguments.weight = p.weight;
-  arguments.bias = p.bias;
-  arguments.out = p.out;
-  arguments.candidate_values = p.candidate_values;
-  arguments.candidate_indices = p.candidate_indices;
-  arguments.partials = workspace.partials();
-  arguments.tile_counters = workspace.tile_counters();
-  arguments.B = B;
-  arguments.K = K;
-  arguments.N = N;
-  arguments.padded_rows = layout.padded_rows;
-  arguments.column_tiles = plan.column_tiles;
-  arguments.chunks = plan.chunks;
-  arguments.splits = plan.splits;
-  arguments.chunks_per_split = plan.chunks_per_split;
-  arguments.epilogue = epilogue;
-  arguments.out_pairs =
-      p.out != nullptr && N % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0;
+  DecodeMatmulArguments arguments = decode_common::product_arguments(
+      launcher, p.x, p.weight, p.bias, p.out, p.candidate_values, p.candidate_indices, B, K, N,
+      DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace);
   const bool x_vector = K % 4 == 0 && launch_checks::is_16_byte_aligned(p.x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
@@ -500,24 +454,8 @@ DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocess
 
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision) {
-  constexpr const char* kName = "plan_decode_matmul";
-  launch_checks::require_positive(
-      kName, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  if (B > kDecodeMaxRows)
-    launch_checks::fail(kName, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
-                                   std::to_string(B) + ")");
-  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
-  DecodeMatmulPlan plan;
-  plan.row_tile = row_tile_for(B, precision);
-  plan.column_tiles = layout.column_tiles;
-  plan.chunks = layout.padded_rows / kChunkRows;
-  const DecodeSplits chosen = choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
-  plan.splits = chosen.splits;
-  plan.chunks_per_split = chosen.chunks_per_split;
-  plan.partial_floats =
-      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
-                      : 0;
-  return plan;
+  return decode_common::plan_decode_chunks("plan_decode_matmul", B, K, N, multiprocessors,
+                                           row_tile_for(B, precision), kChunkRows);
 }
 
 PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
@@ -623,16 +561,7 @@ void launch_decode_matmul(const float* x, const float* packed_weight, const floa
                           int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
                           DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_matmul";
-  launch_checks::require_not_null(kName,
-                                  {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
-  if (epilogue == DecodeEpilogue::kNone) {
-    launch_checks::require(bias == nullptr, kName,
-                           "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");
-  } else {
-    launch_checks::require_not_null(kName, "bias", bias);
-  }
-  launch_checks::require_positive(kName, {{"B", B}, {"K", K}, {"N", N}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  decode_common::check_product_arguments(kName, x, packed_weight, bias, out, B, K, N, epilogue);
   run_product(kName, ProductPointers{x, packed_weight, bias, out, nullptr, nullptr}, B, K, N,
               epilogue, precision, workspace, stream);
 }
@@ -642,13 +571,8 @@ void launch_decode_lm_head(const float* x, const float* packed_wte, float* logit
                            int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
                            cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_lm_head";
-  launch_checks::require_not_null(kName, {{"x", x}, {"packed_wte", packed_wte}});
-  launch_checks::require((candidate_values == nullptr) == (candidate_indices == nullptr), kName,
-                         "candidate_values and candidate_indices must both be given or both null");
-  launch_checks::require(logits != nullptr || candidate_values != nullptr, kName,
-                         "nothing to write: give logits, candidates or both");
-  launch_checks::require_positive(kName, {{"B", B}, {"C", C}, {"V", V}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  decode_common::check_lm_head_arguments(kName, x, packed_wte, logits, candidate_values,
+                                         candidate_indices, B, C, V);
   run_product(kName,
               ProductPointers{x, packed_wte, nullptr, logits, candidate_values, candidate_indices},
               B, C, V, DecodeEpilogue::kNone, precision, workspace, stream);

@@ -1,7 +1,7 @@
 // kernels/decode_matmul_bf16.cu - the bf16 decode matmuls (see decode_matmul_bf16.cuh
 // for the math, the grid and the order of the sums): the weight streamed from global
 // memory straight into mma.sync fragments, x read beside it, and the tail of the fp32
-// kernels (decode_matmul_tail.cuh).
+// kernels (decode_matmul_common.cuh).
 //
 // Shared memory of a block: only the tail's two [R][68] float tiles (one per k-group of
 // warps; R the row tile), 34 KiB at R = 64, static.
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
-#include "kernels/decode_matmul_tail.cuh"
+#include "kernels/decode_matmul_common.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -20,42 +20,23 @@ namespace ladder {
 
 namespace {
 
-using decode_tail::chunk_range;
-using decode_tail::ChunkRange;
-using decode_tail::kThreads;
-using decode_tail::kTileColumns;
-using decode_tail::kTileStride;
+using decode_common::chunk_range;
+using decode_common::ChunkRange;
+using decode_common::kThreads;
+using decode_common::kTileColumns;
+using decode_common::kTileStride;
 
-constexpr int kChunkRows = kDecodeBf16ChunkRows;               // 64 inputs per chunk
-constexpr int kOctetsPerChunk = kChunkRows / kBfloatTileK;     // 8 pieces of 8 inputs
-constexpr int kColumnGroups = kTileColumns / 16;               // 4: warp % 4
-constexpr int kKGroups = decode_tail::kWarps / kColumnGroups;  // 2: warp / 4
+constexpr int kChunkRows = kDecodeBf16ChunkRows;                 // 64 inputs per chunk
+constexpr int kOctetsPerChunk = kChunkRows / kBfloatTileK;       // 8 pieces of 8 inputs
+constexpr int kColumnGroups = kTileColumns / 16;                 // 4: warp % 4
+constexpr int kKGroups = decode_common::kWarps / kColumnGroups;  // 2: warp / 4
 constexpr int kChunksAhead = 4;  // chunks of W in flight per lane (8 x 16 bytes)
 constexpr int kBlocksPerMultiprocessor = 2;
 
-/// Everything a bf16 decode-matmul kernel reads, by value. Out is __nv_bfloat16 for
-/// the products, float for the LM head's logits.
+/// The bf16 kernels' arguments: x, W and bias bf16, W packed k_tiled (padded_rows: K
+/// rounded up to 8); Out is __nv_bfloat16 for the products, float for the LM head.
 template <typename Out>
-struct DecodeMatmulBf16Arguments {
-  const __nv_bfloat16* x;           ///< [B, K]
-  const __nv_bfloat16* weight;      ///< k_tiled [octets][N][8]
-  const __nv_bfloat16* bias;        ///< [N] or null
-  Out* out;                         ///< [B, N] or null (LM head without logits)
-  float* candidate_values;          ///< [B, T] or null
-  std::int32_t* candidate_indices;  ///< [B, T] or null
-  float* partials;                  ///< [S][T][B][64] when S > 1
-  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
-  int B;
-  int K;
-  int N;
-  int octets;  ///< ceil(K / 8)
-  int column_tiles;
-  int chunks;
-  int splits;
-  int chunks_per_split;
-  DecodeEpilogue epilogue;
-  bool out_pairs;  ///< N even and out aligned to a pair: paired stores
-};
+using DecodeMatmulBf16Arguments = decode_common::DecodeMatmulArguments<__nv_bfloat16, Out>;
 
 /// d += a b for one m16n8k16 tile: a 16 x 16 bf16 (row), b 16 x 8 bf16 (col), d fp32.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4],
@@ -127,13 +108,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   }
   const int lane_octet = 4 * k_group + u;  // the octet of each chunk this lane reads
 
+  const int octets = a.padded_rows / kBfloatTileK;
   const ChunkRange range = chunk_range(a, split);
   const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
-    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + lane_octet;
+    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + lane_octet;  // of 8 inputs
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8) {
       pieces[n8] = make_uint4(0, 0, 0, 0);
-      if (chunk_in_range < range.count && octet < a.octets && column_inside[n8])
+      if (chunk_in_range < range.count && octet < octets && column_inside[n8])
         pieces[n8] = __ldg(reinterpret_cast<const uint4*>(
             a.weight + (static_cast<std::size_t>(octet) * a.N + columns[n8]) * kBfloatTileK));
     }
@@ -181,8 +163,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     }
   }
   __syncthreads();
-  decode_tail::sum_k_groups<kRows>(shared, kKGroups, a.B);
-  if (decode_tail::gather_splits(a, tile, split, shared)) decode_tail::store_tile(a, tile, shared);
+  decode_common::sum_k_groups<kRows>(shared, kKGroups, a.B);
+  if (decode_common::gather_splits(a, tile, split, shared))
+    decode_common::store_tile(a, tile, shared);
 }
 
 // ---------------------------------------------------------------- host side
@@ -205,49 +188,17 @@ KernelPointer<Out> kernel_for(int rows, bool x_vector) {
   }
 }
 
-struct ProductPointers {
-  const __nv_bfloat16* x;
-  const __nv_bfloat16* weight;
-  const __nv_bfloat16* bias;
-  float* candidate_values;
-  std::int32_t* candidate_indices;
-};
-
 template <typename Out>
-void run_product(const char* launcher, const ProductPointers& p, Out* out, int B, int K, int N,
-                 DecodeEpilogue epilogue, DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
-  constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
-  launch_checks::require(launch_checks::is_16_byte_aligned(p.weight), launcher,
-                         "the packed weight must be 16-byte aligned");
+void run_product(const char* launcher, const __nv_bfloat16* x, const __nv_bfloat16* weight,
+                 const __nv_bfloat16* bias, Out* out, float* candidate_values,
+                 std::int32_t* candidate_indices, int B, int K, int N, DecodeEpilogue epilogue,
+                 DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, K, N, workspace.multiprocessors());
-  launch_checks::require(plan.column_tiles <= kMaxGridY, launcher,
-                         "N must be at most 65535 * 64 (one block row per column tile)");
-  if (plan.splits > 1) {
-    launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
-                               plan.column_tiles <= workspace.tile_counter_count(),
-                           launcher, "the workspace is too small for this product");
-  }
-  DecodeMatmulBf16Arguments<Out> arguments{};
-  arguments.x = p.x;
-  arguments.weight = p.weight;
-  arguments.bias = p.bias;
-  arguments.out = out;
-  arguments.candidate_values = p.candidate_values;
-  arguments.candidate_indices = p.candidate_indices;
-  arguments.partials = workspace.partials();
-  arguments.tile_counters = workspace.tile_counters();
-  arguments.B = B;
-  arguments.K = K;
-  arguments.N = N;
-  arguments.octets = (K + kBfloatTileK - 1) / kBfloatTileK;
-  arguments.column_tiles = plan.column_tiles;
-  arguments.chunks = plan.chunks;
-  arguments.splits = plan.splits;
-  arguments.chunks_per_split = plan.chunks_per_split;
-  arguments.epilogue = epilogue;
-  arguments.out_pairs = out != nullptr && N % 2 == 0 &&
-                        reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Out)) == 0;
-  const bool x_vector = K % kBfloatTileK == 0 && launch_checks::is_16_byte_aligned(p.x);
+  const int padded_rows = (K + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK;
+  const DecodeMatmulBf16Arguments<Out> arguments = decode_common::product_arguments(
+      launcher, x, weight, bias, out, candidate_values, candidate_indices, B, K, N, padded_rows,
+      epilogue, plan, workspace);
+  const bool x_vector = K % kBfloatTileK == 0 && launch_checks::is_16_byte_aligned(x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
   kernel_for<Out>(plan.row_tile, x_vector)<<<grid, kThreads, 0, stream>>>(arguments);
@@ -257,23 +208,9 @@ void run_product(const char* launcher, const ProductPointers& p, Out* out, int B
 }  // namespace
 
 DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessors) {
-  constexpr const char* kName = "plan_decode_matmul_bf16";
-  launch_checks::require_positive(
-      kName, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  if (B > kDecodeMaxRows)
-    launch_checks::fail(kName, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
-                                   std::to_string(B) + ")");
-  DecodeMatmulPlan plan;
-  plan.row_tile = B <= 16 ? 16 : B <= 32 ? 32 : 64;
-  plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
-  plan.chunks = (K + kChunkRows - 1) / kChunkRows;
-  const DecodeSplits chosen = choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
-  plan.splits = chosen.splits;
-  plan.chunks_per_split = chosen.chunks_per_split;
-  plan.partial_floats =
-      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
-                      : 0;
-  return plan;
+  const int row_tile = B <= 16 ? 16 : B <= 32 ? 32 : 64;  // mma.sync takes rows 16 at a time
+  return decode_common::plan_decode_chunks("plan_decode_matmul_bf16", B, K, N, multiprocessors,
+                                           row_tile, kChunkRows);
 }
 
 void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight,
@@ -281,18 +218,9 @@ void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* pack
                                DecodeEpilogue epilogue, DecodeMatmulWorkspace& workspace,
                                cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_matmul_bf16";
-  launch_checks::require_not_null(kName,
-                                  {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
-  if (epilogue == DecodeEpilogue::kNone) {
-    launch_checks::require(bias == nullptr, kName,
-                           "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");
-  } else {
-    launch_checks::require_not_null(kName, "bias", bias);
-  }
-  launch_checks::require_positive(kName, {{"B", B}, {"K", K}, {"N", N}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
-  run_product(kName, ProductPointers{x, packed_weight, bias, nullptr, nullptr}, out, B, K, N,
-              epilogue, workspace, stream);
+  decode_common::check_product_arguments(kName, x, packed_weight, bias, out, B, K, N, epilogue);
+  run_product(kName, x, packed_weight, bias, out, nullptr, nullptr, B, K, N, epilogue, workspace,
+              stream);
 }
 
 void launch_decode_lm_head_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_wte,
@@ -300,15 +228,11 @@ void launch_decode_lm_head_bf16(const __nv_bfloat16* x, const __nv_bfloat16* pac
                                 std::int32_t* candidate_indices, int B, int C, int V,
                                 DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_lm_head_bf16";
-  launch_checks::require_not_null(kName, {{"x", x}, {"packed_wte", packed_wte}});
-  launch_checks::require((candidate_values == nullptr) == (candidate_indices == nullptr), kName,
-                         "candidate_values and candidate_indices must both be given or both null");
-  launch_checks::require(logits != nullptr || candidate_values != nullptr, kName,
-                         "nothing to write: give logits, candidates or both");
-  launch_checks::require_positive(kName, {{"B", B}, {"C", C}, {"V", V}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
-  run_product(kName, ProductPointers{x, packed_wte, nullptr, candidate_values, candidate_indices},
-              logits, B, C, V, DecodeEpilogue::kNone, workspace, stream);
+  decode_common::check_lm_head_arguments(kName, x, packed_wte, logits, candidate_values,
+                                         candidate_indices, B, C, V);
+  run_product(kName, x, packed_wte, static_cast<const __nv_bfloat16*>(nullptr), logits,
+              candidate_values, candidate_indices, B, C, V, DecodeEpilogue::kNone, workspace,
+              stream);
 }
 
 }  // namespace ladder

@@ -39,7 +39,7 @@
 // (registers) while a chunk is multiplied.
 // Sums, in a fixed order (bit-identical repeat runs): the mma's over the chunks in
 // order per warp; the two k-groups in order; the splits in split order by the block
-// that arrives last (decode_matmul_tail.cuh).
+// that arrives last (decode_matmul_common.cuh).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,5 +1,7 @@
 // tests/gpu/decode_matmul_test_helpers.hpp - what the fp32 and the bf16 LM-head tests
-// check alike: the argmax's first pass (the candidates) against the kernel's own logits.
+// share: the epilogues, a stream with its workspace, one launch into poisoned logits and
+// candidates, and the check of the argmax's
+// first pass (the candidates) against the kernel's own logits.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -12,8 +14,42 @@
 
 #include "common/reference.hpp"
 #include "kernels/decode_matmul.cuh"
+#include "tests/gpu/device_test_helpers.hpp"
 
 namespace ladder::test {
+
+/// Every epilogue, in declaration order.
+constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
+                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
+
+/// A stream and its own workspace, as a decode loop sets them up.
+struct DecodeQueue {
+  DeviceStream stream;
+  DecodeMatmulWorkspace workspace;
+};
+
+/// What one LM-head launch left: logits [B, V], candidates [B, T].
+struct LmHeadResult {
+  std::vector<float> logits;
+  std::vector<float> candidate_values;
+  std::vector<std::int32_t> candidate_indices;
+};
+
+/// Runs launch(logits, candidate_values, candidate_indices) into fresh poisoned buffers
+/// for [B, V] logits on `stream` and returns what they hold afterwards.
+template <typename Launch>
+LmHeadResult lm_head_into_poisoned(int B, int V, const DeviceStream& stream, const Launch& launch) {
+  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
+  DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
+  DeviceArray<float> values(candidates);
+  DeviceArray<std::int32_t> indices(candidates);
+  logits.poison();
+  values.poison();
+  indices.poison();
+  launch(logits.get(), values.get(), indices.get());
+  stream.synchronize();
+  return LmHeadResult{logits.download(), values.download(), indices.download()};
+}
 
 /// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
 /// and their winner the row's argmax; returns the argmax of every row.

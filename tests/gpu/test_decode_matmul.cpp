@@ -42,14 +42,8 @@ const Shape kGpt2MediumShapes[] = {{1024, 3072}, {1024, 1024}, {1024, 4096}, {40
 // Sizes that are multiples of nothing: K = 97 takes the 4-byte x path, N = 1 one column.
 const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}};
 
-constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
-                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
-
-/// A stream and its own workspace, as a decode loop sets them up.
-struct DecodeQueue {
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
-};
+using test::DecodeQueue;
+using test::kEpilogues;
 
 /// A weight W [K, N] with its packed copy on the device.
 struct PackedWeight {
@@ -273,25 +267,15 @@ TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
 
 // ---------------------------------------------------------------- the LM head
 
-struct LmHeadResult {
-  std::vector<float> logits;
-  std::vector<float> candidate_values;
-  std::vector<std::int32_t> candidate_indices;
-};
+using test::LmHeadResult;
 
 LmHeadResult run_lm_head(DecodeQueue& queue, const float* x, const float* packed_wte, int B, int C,
                          int V, DecodePrecision precision, bool with_logits) {
-  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
-  test::DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
-  test::DeviceArray<float> values(candidates);
-  test::DeviceArray<std::int32_t> indices(candidates);
-  logits.poison();
-  values.poison();
-  indices.poison();
-  launch_decode_lm_head(x, packed_wte, with_logits ? logits.get() : nullptr, values.get(),
-                        indices.get(), B, C, V, precision, queue.workspace, queue.stream.get());
-  queue.stream.synchronize();
-  return LmHeadResult{logits.download(), values.download(), indices.download()};
+  return test::lm_head_into_poisoned(
+      B, V, queue.stream, [&](float* logits, float* values, std::int32_t* indices) {
+        launch_decode_lm_head(x, packed_wte, with_logits ? logits : nullptr, values, indices, B, C,
+                              V, precision, queue.workspace, queue.stream.get());
+      });
 }
 
 TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argmax",

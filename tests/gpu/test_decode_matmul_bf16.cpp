@@ -43,13 +43,8 @@ struct Shape {
 const Shape kGpt2Shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
 const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}, {200, 8}};
 
-constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
-                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
-
-struct DecodeQueue {
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
-};
+using test::DecodeQueue;
+using test::kEpilogues;
 
 /// A bf16-valued W [K, N] and its k_tiled packing on the device.
 struct PackedWeight {
@@ -222,26 +217,15 @@ TEST_CASE("launch_decode_matmul_bf16 refuses bad arguments", "[kernels][decode_m
 
 // ---------------------------------------------------------------- the LM head
 
-struct LmHeadResult {
-  std::vector<float> logits;
-  std::vector<float> candidate_values;
-  std::vector<std::int32_t> candidate_indices;
-};
+using test::LmHeadResult;
 
 LmHeadResult run_lm_head(DecodeQueue& queue, const test::DeviceBfloats& x,
                          const test::DeviceBfloats& packed_wte, int B, int C, int V) {
-  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
-  test::DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
-  test::DeviceArray<float> values(candidates);
-  test::DeviceArray<std::int32_t> indices(candidates);
-  logits.poison();
-  values.poison();
-  indices.poison();
-  launch_decode_lm_head_bf16(test::as_bfloat16(x), test::as_bfloat16(packed_wte), logits.get(),
-                             values.get(), indices.get(), B, C, V, queue.workspace,
-                             queue.stream.get());
-  queue.stream.synchronize();
-  return LmHeadResult{logits.download(), values.download(), indices.download()};
+  return test::lm_head_into_poisoned(
+      B, V, queue.stream, [&](float* logits, float* values, std::int32_t* indices) {
+        launch_decode_lm_head_bf16(test::as_bfloat16(x), test::as_bfloat16(packed_wte), logits,
+                                   values, indices, B, C, V, queue.workspace, queue.stream.get());
+      });
 }
 
 TEST_CASE("launch_decode_lm_head_bf16 matches reference::lm_head, candidates included",

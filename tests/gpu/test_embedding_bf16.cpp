@@ -1,4 +1,4 @@
-// tests/gpu/test_embedding_bf16.cpp - kernels/embedding_bf16 against reference::embedding
+// tests/gpu/test_embedding_bf16.cpp - the bf16 launchers of kernels/embedding against reference::embedding
 // on bf16 tables, rounded to bf16 (common/reference.hpp, R2). Both add the two bf16
 // values in fp32 and round once, so the results must be equal bit for bit.
 #include <catch2/catch.hpp>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/reference.hpp"
-#include "kernels/embedding_bf16.cuh"
+#include "kernels/embedding.cuh"
 #include "tests/gpu/bfloat16_test_helpers.hpp"
 #include "tests/gpu/device_test_helpers.hpp"
 

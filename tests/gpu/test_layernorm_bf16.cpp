@@ -1,4 +1,4 @@
-// tests/gpu/test_layernorm_bf16.cpp - kernels/layernorm_bf16 against reference::layernorm
+// tests/gpu/test_layernorm_bf16.cpp - launch_layernorm_bf16 (kernels/layernorm) against reference::layernorm
 // on bf16 inputs and parameters, rounded to bf16 (common/reference.hpp, R3). The
 // statistics are fp32 on the GPU and fp64 in the reference: an output may differ by one
 // bf16 step where the rounding flips, plus a slack of 1e-5 of the largest output for the
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/reference.hpp"
-#include "kernels/layernorm_bf16.cuh"
+#include "kernels/layernorm.cuh"
 #include "tests/gpu/bfloat16_test_helpers.hpp"
 #include "tests/gpu/device_test_helpers.hpp"
 
