@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   const int k_group = warp / kColumnGroups;
   const int g = lane / 4;
   const int u = lane % 4;
-  // This lane's two weight columns and where their pieces start in octet 0.
+  // This lane's two weight columns (one per n8 tile), and whether they exist.
   int columns[2];
   bool column_inside[2];
 #pragma unroll
