@@ -1,6 +1,6 @@
-// tests/gpu/test_embedding_bf16.cpp - the bf16 launchers of kernels/embedding against reference::embedding
-// on bf16 tables, rounded to bf16 (common/reference.hpp, R2). Both add the two bf16
-// values in fp32 and round once, so the results must be equal bit for bit.
+// tests/gpu/test_embedding_bf16.cpp - the bf16 launchers of kernels/embedding against
+// reference::embedding on bf16 tables, rounded to bf16 (common/reference.hpp, R2). Both add the two
+// bf16 values in fp32 and round once, so the results must be equal bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cstddef>

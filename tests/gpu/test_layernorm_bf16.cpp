@@ -1,8 +1,8 @@
-// tests/gpu/test_layernorm_bf16.cpp - launch_layernorm_bf16 (kernels/layernorm) against reference::layernorm
-// on bf16 inputs and parameters, rounded to bf16 (common/reference.hpp, R3). The
-// statistics are fp32 on the GPU and fp64 in the reference: an output may differ by one
-// bf16 step where the rounding flips, plus a slack of 1e-5 of the largest output for the
-// fp32 statistics' own error (~1e-6 relative) near zero.
+// tests/gpu/test_layernorm_bf16.cpp - launch_layernorm_bf16 (kernels/layernorm) against
+// reference::layernorm on bf16 inputs and parameters, rounded to bf16 (common/reference.hpp, R3).
+// The statistics are fp32 on the GPU and fp64 in the reference: an output may differ by one bf16
+// step where the rounding flips, plus a slack of 1e-5 of the largest output for the fp32
+// statistics' own error (~1e-6 relative) near zero.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
