@@ -303,7 +303,7 @@ int run(int argc, char** argv) {
              <<<dim3(static_cast<unsigned int>(heads), static_cast<unsigned int>(first_splits)),
                 kFirstFusedThreads, 0, s>>>(qkv_device, keys_cache, values_cache, cursor, capacity,
                                             out_device, first_workspace, first_splits, kHeads, kC);
-         CUDA_CHECK_LAUNCH();
+         CUDA_CHECK_LAUNCH(s);
        }},
       {"ch05 now: fused, a block per 128 positions (launch_fused_decode_attention)", true,
        row_bytes * (3 + 2 * (length - 1) + 2 + 1),

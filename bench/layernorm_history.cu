@@ -210,14 +210,14 @@ int run(int argc, char** argv) {
        [&] {
          warp_row_layernorm_kernel<4><<<warp_row_blocks, kWarpRowThreads, 0, s>>>(
              x_device, weight_device, bias_device, out_device, rows, kC, kEps);
-         CUDA_CHECK_LAUNCH();
+         CUDA_CHECK_LAUNCH(s);
        }},
       {"warp per row: residual + LayerNorm (6123541)", true,
        [&] {
          warp_row_residual_layernorm_kernel<4, kPacksPerLane>
              <<<warp_row_blocks, kWarpRowThreads, 0, s>>>(residual_device, x_device, weight_device,
                                                           bias_device, out_device, rows, kC, kEps);
-         CUDA_CHECK_LAUNCH();
+         CUDA_CHECK_LAUNCH(s);
        }},
       {"block per row: LayerNorm (launch_layernorm)", false,
        [&] {

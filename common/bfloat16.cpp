@@ -96,17 +96,33 @@ std::vector<std::uint16_t> pack_bfloat16_weights(const std::vector<float>& weigh
   return pack_bfloat16_weights(weights.data(), K, N, layout);
 }
 
-std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, int N,
-                                                 BfloatLayout layout) {
-  require_dimensions(K, N, "pack_bfloat16_weights");
+namespace {
+
+/// W [K, N] read from `weights` in `source` layout (k_major: W itself; n_major: its
+/// transpose [N, K]), rounded into `layout`.
+std::vector<std::uint16_t> pack_from(const float* weights, int K, int N, BfloatLayout source,
+                                     BfloatLayout layout, const char* caller) {
+  require_dimensions(K, N, caller);
   std::vector<std::uint16_t> packed(packed_bfloat16_size(K, N, layout), 0);
   for (int k = 0; k < K; ++k) {
     for (int n = 0; n < N; ++n) {
       packed[packed_index(k, n, K, N, layout)] =
-          float_to_bfloat16_bits(weights[packed_index(k, n, K, N, BfloatLayout::k_major)]);
+          float_to_bfloat16_bits(weights[packed_index(k, n, K, N, source)]);
     }
   }
   return packed;
+}
+
+}  // namespace
+
+std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, int N,
+                                                 BfloatLayout layout) {
+  return pack_from(weights, K, N, BfloatLayout::k_major, layout, "pack_bfloat16_weights");
+}
+
+std::vector<std::uint16_t> pack_bfloat16_weights_transposed(const float* matrix, int N, int K,
+                                                            BfloatLayout layout) {
+  return pack_from(matrix, K, N, BfloatLayout::n_major, layout, "pack_bfloat16_weights_transposed");
 }
 
 std::vector<float> unpack_bfloat16_weights(const std::vector<std::uint16_t>& packed, int K, int N,

@@ -68,6 +68,12 @@ std::vector<std::uint16_t> pack_bfloat16_weights(const float* weights, int K, in
 std::vector<std::uint16_t> pack_bfloat16_weights(const std::vector<float>& weights, int K, int N,
                                                  BfloatLayout layout);
 
+/// The transpose packed: W = M^T [K, N] from M [N, K] row-major (N * K floats at
+/// `matrix`), as the tied LM head streams wte [V, C]: pack_bfloat16_weights_transposed(
+/// wte, V, C, BfloatLayout::k_tiled) packs W = wte^T [C, V]. Throws as above.
+std::vector<std::uint16_t> pack_bfloat16_weights_transposed(const float* matrix, int N, int K,
+                                                            BfloatLayout layout);
+
 /// The inverse view: bf16 bit patterns in `layout` widened back to fp32 [K, N] row-major.
 /// unpack(pack(W)) == W rounded to bf16, element for element.
 /// Throws std::invalid_argument when packed.size() != packed_bfloat16_size(K, N, layout) or

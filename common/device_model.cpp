@@ -13,8 +13,8 @@ DeviceModel::DeviceModel(const Gpt2Weights& weights)
   const cudaError_t status = cudaMalloc(&values_, size);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    throw DeviceOutOfMemory("out of device memory: the model's weights need " + format_bytes(
-        static_cast<double>(size)));
+    throw DeviceOutOfMemory("out of device memory: the model's weights need " +
+                            format_bytes(static_cast<double>(size)));
   }
   CUDA_CHECK(status);
   CUDA_CHECK(cudaMemcpy(values_, weights.values.data(), size, cudaMemcpyHostToDevice));
@@ -26,11 +26,7 @@ DeviceModel::~DeviceModel() {
 }
 
 DeviceLayer DeviceModel::layer(int index) const {
-  const LayerOffsets& at = layout_.layers.at(static_cast<std::size_t>(index));
-  return {values_ + at.ln_1_weight,      values_ + at.ln_1_bias,      values_ + at.qkv_weight,
-          values_ + at.qkv_bias,         values_ + at.attn_proj_weight, values_ + at.attn_proj_bias,
-          values_ + at.ln_2_weight,      values_ + at.ln_2_bias,      values_ + at.fc_weight,
-          values_ + at.fc_bias,          values_ + at.mlp_proj_weight, values_ + at.mlp_proj_bias};
+  return DeviceLayer::at_offsets(values_, layout_.layers.at(static_cast<std::size_t>(index)));
 }
 
 }  // namespace ladder

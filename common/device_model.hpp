@@ -12,21 +12,33 @@
 
 namespace ladder {
 
-/// Pointers to one transformer block's tensors on the device.
-struct DeviceLayer {
-  const float* ln_1_weight;
-  const float* ln_1_bias;
-  const float* qkv_weight;        ///< [C, 3C]
-  const float* qkv_bias;          ///< [3C]
-  const float* attn_proj_weight;  ///< [C, C]
-  const float* attn_proj_bias;    ///< [C]
-  const float* ln_2_weight;
-  const float* ln_2_bias;
-  const float* fc_weight;         ///< [C, 4C]
-  const float* fc_bias;           ///< [4C]
-  const float* mlp_proj_weight;   ///< [4C, C]
-  const float* mlp_proj_bias;     ///< [C]
+/// Pointers to one transformer block's tensors on the device, of element type T (float
+/// here, __nv_bfloat16 in common/bfloat16_device_model.hpp).
+template <typename T>
+struct DeviceLayerOf {
+  const T* ln_1_weight;
+  const T* ln_1_bias;
+  const T* qkv_weight;        ///< [C, 3C]
+  const T* qkv_bias;          ///< [3C]
+  const T* attn_proj_weight;  ///< [C, C]
+  const T* attn_proj_bias;    ///< [C]
+  const T* ln_2_weight;
+  const T* ln_2_bias;
+  const T* fc_weight;        ///< [C, 4C]
+  const T* fc_bias;          ///< [4C]
+  const T* mlp_proj_weight;  ///< [4C, C]
+  const T* mlp_proj_bias;    ///< [C]
+
+  /// The layer whose tensors sit at `at` (element offsets) in the array at `values`.
+  static DeviceLayerOf at_offsets(const T* values, const LayerOffsets& at) {
+    return {values + at.ln_1_weight, values + at.ln_1_bias,        values + at.qkv_weight,
+            values + at.qkv_bias,    values + at.attn_proj_weight, values + at.attn_proj_bias,
+            values + at.ln_2_weight, values + at.ln_2_bias,        values + at.fc_weight,
+            values + at.fc_bias,     values + at.mlp_proj_weight,  values + at.mlp_proj_bias};
+  }
 };
+
+using DeviceLayer = DeviceLayerOf<float>;
 
 class DeviceModel {
  public:

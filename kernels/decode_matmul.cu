@@ -1,7 +1,7 @@
 // kernels/decode_matmul.cu - the decode matmuls (see decode_matmul.cuh for the math,
 // the grid and the order of the sums): one streaming pipeline, two inner products
-// (fp32 FFMA and TF32 mma.sync), one tail that sums the warps and the splits and
-// applies the epilogue.
+// (fp32 FFMA and TF32 mma.sync), and the tail shared with the bf16 kernels
+// (decode_matmul_common.cuh) that sums the warps and the splits and applies the epilogue.
 //
 // Shared memory of a block (floats):
 //   pipeline  kStages stages, each  W chunk [32][72] (64 columns + 8 of padding)
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/cuda_check.hpp"
-#include "kernels/argmax_order.cuh"
+#include "kernels/decode_matmul_common.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -27,39 +27,26 @@ namespace ladder {
 
 namespace {
 
-constexpr int kThreads = 256;
+using decode_common::chunk_range;
+using decode_common::ChunkRange;
+using decode_common::gather_splits;
+using decode_common::store_tile;
+using decode_common::sum_k_groups;
+
+constexpr int kThreads = decode_common::kThreads;  // 256
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kStages = 4;
 constexpr int kTileColumns = kDecodeTileColumns;  // 64
 constexpr int kChunkRows = kDecodeChunkRows;      // 32
 constexpr int kWeightStride = kTileColumns + 8;   // floats between two W rows in shared memory
 constexpr int kXStride = kChunkRows + 4;          // floats between two x rows in shared memory
-constexpr int kTileStride = kTileColumns + 4;     // floats between two rows of a summed tile
+constexpr int kTileStride = decode_common::kTileStride;  // floats between two rows of a summed tile
 /// Blocks the plan aims for per multiprocessor (two fit: registers and shared memory).
 constexpr int kTargetBlocksPerMultiprocessor = 2;
-constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
 
-/// Everything a decode-matmul kernel reads, by value (one struct, not 18 arguments).
-struct DecodeMatmulArguments {
-  const float* x;                   ///< [B, K]
-  const float* weight;              ///< packed [T][padded_rows][64]
-  const float* bias;                ///< [N] or null
-  float* out;                       ///< [B, N] or null (LM head without logits)
-  float* candidate_values;          ///< [B, T] or null
-  std::int32_t* candidate_indices;  ///< [B, T] or null
-  float* partials;                  ///< [S][T][B][64] when S > 1
-  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
-  int B;
-  int K;
-  int N;
-  int padded_rows;
-  int column_tiles;
-  int chunks;
-  int splits;
-  int chunks_per_split;
-  DecodeEpilogue epilogue;
-  bool out_pairs;  ///< N even and out 8-byte aligned: float2 stores
-};
+/// The fp32 kernels' arguments: x, W, bias and out in fp32, W packed by
+/// pack_decode_weight (padded_rows: K rounded up to 32).
+using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>;
 
 // ---------------------------------------------------------------- row tiles and shared memory
 
@@ -203,129 +190,6 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
   }
   wait_async_copies<0>();
   __syncthreads();
-}
-
-// ---------------------------------------------------------------- the tail
-
-/// Adds the k-groups' tiles (tile g at shared + g * kRows * kTileStride) in group order
-/// into the first; rows below B only.
-template <int kRows>
-__device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
-  constexpr int kQuads = kTileColumns / 4;
-  for (int e = threadIdx.x; e < B * kQuads; e += kThreads) {
-    const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
-    float4 sum = *reinterpret_cast<const float4*>(shared + offset);
-    for (int g = 1; g < groups; ++g) {
-      const float4 more =
-          *reinterpret_cast<const float4*>(shared + g * kRows * kTileStride + offset);
-      sum.x += more.x;
-      sum.y += more.y;
-      sum.z += more.z;
-      sum.w += more.w;
-    }
-    *reinterpret_cast<float4*>(shared + offset) = sum;
-  }
-  __syncthreads();
-}
-
-/// With S > 1: writes this block's tile to the workspace; the block that completes the
-/// tile's set sums the S partials in split order into `tile` and returns true, the
-/// others return false (and have nothing left to do). With S = 1: true at once.
-__device__ __forceinline__ bool gather_splits(const DecodeMatmulArguments& a, int tile, int split,
-                                              float* tile_values) {
-  if (a.splits == 1) return true;
-  __shared__ bool last_to_arrive;
-  constexpr int kQuads = kTileColumns / 4;
-  const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
-  const auto partial = [&](int s) {
-    return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;
-  };
-  float* mine = partial(split);
-  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
-    const int row = e / kQuads;
-    const int column = 4 * (e % kQuads);
-    __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
-           *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
-  }
-  __threadfence();  // the partial is visible device-wide before the counter moves
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int arrived = atomicAdd(a.tile_counters + tile, 1u);
-    last_to_arrive = arrived == static_cast<unsigned int>(a.splits - 1);
-  }
-  __syncthreads();
-  if (!last_to_arrive) return false;
-  __threadfence();  // see the other blocks' partials, not stale lines
-  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
-    const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
-    float4 sum = __ldcg(reinterpret_cast<const float4*>(partial(0) + offset));
-#pragma unroll 4
-    for (int s = 1; s < a.splits; ++s) {  // unrolled: several loads in flight
-      const float4 more = __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
-      sum.x += more.x;
-      sum.y += more.y;
-      sum.z += more.z;
-      sum.w += more.w;
-    }
-    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) = sum;
-  }
-  if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
-  __syncthreads();
-  return true;
-}
-
-/// The epilogue on the finished tile [B][kTileStride] (columns 64 tile ..): warp w takes
-/// rows w, w + 8, ...; lane l columns 2 l and 2 l + 1. Writes out and, for the LM head,
-/// each row's best (value, index) of the tile.
-__device__ __forceinline__ void store_tile(const DecodeMatmulArguments& a, int tile,
-                                           const float* tile_values) {
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int first_column = tile * kTileColumns + 2 * lane;
-  for (int b = warp; b < a.B; b += kWarps) {
-    const float2 pair = *reinterpret_cast<const float2*>(tile_values + b * kTileStride + 2 * lane);
-    float values[2] = {pair.x, pair.y};
-    float* out_row = a.out != nullptr ? a.out + static_cast<std::size_t>(b) * a.N : nullptr;
-    Candidate best = no_candidate();
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int n = first_column + j;
-      if (n >= a.N) continue;
-      float y = values[j];
-      if (a.epilogue != DecodeEpilogue::kNone) y += a.bias[n];
-      if (a.epilogue == DecodeEpilogue::kBiasGelu) y = gelu(y);
-      if (a.epilogue == DecodeEpilogue::kBiasResidual) y += out_row[n];
-      values[j] = y;
-      const Candidate mine{y, n};
-      if (beats(mine, best)) best = mine;
-    }
-    if (out_row != nullptr) {
-      if (a.out_pairs && first_column + 1 < a.N) {
-        *reinterpret_cast<float2*>(out_row + first_column) = make_float2(values[0], values[1]);
-      } else {
-        for (int j = 0; j < 2; ++j)
-          if (first_column + j < a.N) out_row[first_column + j] = values[j];
-      }
-    }
-    if (a.candidate_values != nullptr) {
-      best = warp_argmax(best);
-      if (lane == 0) {
-        a.candidate_values[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.value;
-        a.candidate_indices[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.index;
-      }
-    }
-  }
-}
-
-/// The chunks of split `split`: [first, first + count).
-struct ChunkRange {
-  int first;
-  int count;
-};
-
-__device__ __forceinline__ ChunkRange chunk_range(const DecodeMatmulArguments& a, int split) {
-  const int first = split * a.chunks_per_split;
-  return ChunkRange{first, min(a.chunks_per_split, a.chunks - first)};
 }
 
 /// The block's dynamic shared memory (16-byte aligned: float4 copies land there).
@@ -539,37 +403,10 @@ struct ProductPointers {
 void run_product(const char* launcher, const ProductPointers& p, int B, int K, int N,
                  DecodeEpilogue epilogue, DecodePrecision precision,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
-  launch_checks::require(launch_checks::is_16_byte_aligned(p.weight), launcher,
-                         "the packed weight must be 16-byte aligned");
-  launch_checks::require(DecodeWeightLayout::of(K, N).column_tiles <= kMaxGridY, launcher,
-                         "N must be at most 65535 * 64 (one block row per column tile)");
   const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
-  if (plan.splits > 1) {
-    launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
-                               plan.column_tiles <= workspace.tile_counter_count(),
-                           launcher, "the workspace is too small for this product");
-  }
-  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
-  DecodeMatmulArguments arguments{};
-  arguments.x = p.x;
-  arguments.weight = p.weight;
-  arguments.bias = p.bias;
-  arguments.out = p.out;
-  arguments.candidate_values = p.candidate_values;
-  arguments.candidate_indices = p.candidate_indices;
-  arguments.partials = workspace.partials();
-  arguments.tile_counters = workspace.tile_counters();
-  arguments.B = B;
-  arguments.K = K;
-  arguments.N = N;
-  arguments.padded_rows = layout.padded_rows;
-  arguments.column_tiles = plan.column_tiles;
-  arguments.chunks = plan.chunks;
-  arguments.splits = plan.splits;
-  arguments.chunks_per_split = plan.chunks_per_split;
-  arguments.epilogue = epilogue;
-  arguments.out_pairs =
-      p.out != nullptr && N % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 8 == 0;
+  DecodeMatmulArguments arguments = decode_common::product_arguments(
+      launcher, p.x, p.weight, p.bias, p.out, p.candidate_values, p.candidate_indices, B, K, N,
+      DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace);
   const bool x_vector = K % 4 == 0 && launch_checks::is_16_byte_aligned(p.x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
@@ -590,41 +427,35 @@ std::vector<float> download_matrix(const float* device, int rows, int columns) {
 
 }  // namespace
 
-DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
-                                    DecodePrecision precision) {
-  constexpr const char* kName = "plan_decode_matmul";
+DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors) {
   launch_checks::require_positive(
-      kName, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  if (B > kDecodeMaxRows)
-    launch_checks::fail(kName, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
-                                   std::to_string(B) + ")");
-  const DecodeWeightLayout layout = DecodeWeightLayout::of(K, N);
-  DecodeMatmulPlan plan;
-  plan.row_tile = row_tile_for(B, precision);
-  plan.column_tiles = layout.column_tiles;
-  plan.chunks = layout.padded_rows / kChunkRows;
+      "choose_decode_splits",
+      {{"chunks", chunks}, {"column_tiles", column_tiles}, {"multiprocessors", multiprocessors}});
   // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
   // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
   // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
   // tiles to add up); at most 2 slots blocks (the workspace's size).
   const long long slots = static_cast<long long>(kTargetBlocksPerMultiprocessor) * multiprocessors;
+  DecodeSplits best{1, chunks};
   long long best_cost = -1;
-  for (int wanted = 1; wanted <= plan.chunks; ++wanted) {
-    const int chunks_per_split = (plan.chunks + wanted - 1) / wanted;
-    const int splits = (plan.chunks + chunks_per_split - 1) / chunks_per_split;
-    const long long blocks = static_cast<long long>(splits) * plan.column_tiles;
+  for (int wanted = 1; wanted <= chunks; ++wanted) {
+    const int chunks_per_split = (chunks + wanted - 1) / wanted;
+    const int splits = (chunks + chunks_per_split - 1) / chunks_per_split;
+    const long long blocks = static_cast<long long>(splits) * column_tiles;
     if (splits > 1 && blocks > 2 * slots) break;  // more splits only add blocks
     const long long cost = (blocks + slots - 1) / slots * chunks_per_split;
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
-      plan.splits = splits;
-      plan.chunks_per_split = chunks_per_split;
+      best = DecodeSplits{splits, chunks_per_split};
     }
   }
-  plan.partial_floats =
-      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
-                      : 0;
-  return plan;
+  return best;
+}
+
+DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
+                                    DecodePrecision precision) {
+  return decode_common::plan_decode_chunks("plan_decode_matmul", B, K, N, multiprocessors,
+                                           row_tile_for(B, precision), kChunkRows);
 }
 
 PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
@@ -730,16 +561,7 @@ void launch_decode_matmul(const float* x, const float* packed_weight, const floa
                           int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
                           DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_matmul";
-  launch_checks::require_not_null(kName,
-                                  {{"x", x}, {"packed_weight", packed_weight}, {"out", out}});
-  if (epilogue == DecodeEpilogue::kNone) {
-    launch_checks::require(bias == nullptr, kName,
-                           "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");
-  } else {
-    launch_checks::require_not_null(kName, "bias", bias);
-  }
-  launch_checks::require_positive(kName, {{"B", B}, {"K", K}, {"N", N}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  decode_common::check_product_arguments(kName, x, packed_weight, bias, out, B, K, N, epilogue);
   run_product(kName, ProductPointers{x, packed_weight, bias, out, nullptr, nullptr}, B, K, N,
               epilogue, precision, workspace, stream);
 }
@@ -749,13 +571,8 @@ void launch_decode_lm_head(const float* x, const float* packed_wte, float* logit
                            int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
                            cudaStream_t stream) {
   constexpr const char* kName = "launch_decode_lm_head";
-  launch_checks::require_not_null(kName, {{"x", x}, {"packed_wte", packed_wte}});
-  launch_checks::require((candidate_values == nullptr) == (candidate_indices == nullptr), kName,
-                         "candidate_values and candidate_indices must both be given or both null");
-  launch_checks::require(logits != nullptr || candidate_values != nullptr, kName,
-                         "nothing to write: give logits, candidates or both");
-  launch_checks::require_positive(kName, {{"B", B}, {"C", C}, {"V", V}});
-  launch_checks::require(B <= kDecodeMaxRows, kName, "B must be at most 64");
+  decode_common::check_lm_head_arguments(kName, x, packed_wte, logits, candidate_values,
+                                         candidate_indices, B, C, V);
   run_product(kName,
               ProductPointers{x, packed_wte, nullptr, logits, candidate_values, candidate_indices},
               B, C, V, DecodeEpilogue::kNone, precision, workspace, stream);

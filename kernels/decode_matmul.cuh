@@ -88,6 +88,19 @@ struct DecodeMatmulPlan {
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
                                     DecodePrecision precision);
 
+/// How many blocks share one column tile, each streaming a run of chunks of K.
+struct DecodeSplits {
+  int splits = 0;            ///< S
+  int chunks_per_split = 0;  ///< chunks one block streams (the last split may have fewer)
+};
+
+/// The split of `chunks` chunks of K for `column_tiles` column tiles that takes the
+/// fewest waves x chunks per block (two resident blocks per multiprocessor, at most 4
+/// blocks per multiprocessor in all): plan_decode_matmul's choice, and the bf16
+/// kernels' (decode_matmul_bf16.cuh), so both fit one DecodeMatmulWorkspace.
+/// Throws std::invalid_argument when an argument is <= 0.
+DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors);
+
 /// A model's matmul weights packed for the decode matmuls, once, when it is loaded:
 /// every layer's four Conv1D weights (pack_decode_weight) and the tied LM head's wte
 /// (pack_decode_weight_transposed: W = wte^T [C, V]), in one device allocation. Each is

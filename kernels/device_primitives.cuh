@@ -1,6 +1,6 @@
 // kernels/device_primitives.cuh - device building blocks shared by the kernel families:
-// warp-wide reductions by register shuffles, packed float access (one 16-byte load or
-// store instead of four 4-byte ones), and GPT-2's GELU.
+// warp-wide and block-wide reductions by register shuffles, packed float access (one 16-byte load
+// or store instead of four 4-byte ones), and GPT-2's GELU.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +26,23 @@ __device__ __forceinline__ float warp_max(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, offset));
   return value;
+}
+
+/// Sum of `value` over the kWarps warps of a block; every thread receives the same
+/// result, added in warp order (the same order on every run). `partials` is kWarps floats
+/// of shared memory, free again on return.
+template <int kWarps>
+__device__ __forceinline__ float block_sum(float value, float* partials) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  value = warp_sum(value);
+  if (lane == 0) partials[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += partials[w];
+  __syncthreads();  // everyone has read partials before the next call overwrites them
+  return total;
 }
 
 // sqrt(2 / pi) and the cubic coefficient of GPT-2's GELU (as in Hugging Face's NewGELU).

@@ -8,6 +8,7 @@
 // positions in [0, n_positions).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,5 +42,24 @@ void launch_sequence_embedding(const std::int32_t* tokens, const float* wte, con
 void launch_embedding_at_cursor(const std::int32_t* tokens, const DecodePosition* cursor,
                                 const float* wte, const float* wpe, float* out, int B, int C,
                                 cudaStream_t stream);
+
+// ---------------------------------------------------------------- bf16
+// The same in bf16 (common/reference.hpp, point R2): wte and wpe already bf16 (R1), the
+// residual stream starts as out = bf16(wte[token] + wpe[position]), the sum taken in
+// fp32 and rounded once.
+
+/// Each row has its own position: out[r, :] = bf16(wte[tokens[r], :] + wpe[positions[r], :])
+/// for r < rows (a prefill). tokens and positions are [rows] on the device.
+/// Throws std::invalid_argument on a null pointer or rows, C <= 0.
+void launch_embedding_bf16(const std::int32_t* tokens, const std::int32_t* positions,
+                           const __nv_bfloat16* wte, const __nv_bfloat16* wpe, __nv_bfloat16* out,
+                           int rows, int C, cudaStream_t stream);
+
+/// One decode step at the device-resident position (graph-capturable):
+/// out[b, :] = bf16(wte[tokens[b], :] + wpe[cursor->position, :]) for b < B.
+/// Throws std::invalid_argument on a null pointer or B, C <= 0.
+void launch_embedding_at_cursor_bf16(const std::int32_t* tokens, const DecodePosition* cursor,
+                                     const __nv_bfloat16* wte, const __nv_bfloat16* wpe,
+                                     __nv_bfloat16* out, int B, int C, cudaStream_t stream);
 
 }  // namespace ladder

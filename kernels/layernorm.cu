@@ -1,5 +1,6 @@
-// kernels/layernorm.cu - LayerNorm, and residual add + LayerNorm fused: one kernel
-// template, one block per row, the row held in registers, two-pass statistics.
+// kernels/layernorm.cu - LayerNorm, residual add + LayerNorm fused, and LayerNorm of a
+// bf16 row: one row body, one block per row, the row held in registers (fp32), two-pass
+// statistics.
 //
 // A decode step normalizes only B rows (32 at the default batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "kernels/bfloat16_packs.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 
@@ -24,21 +26,6 @@ namespace {
 constexpr int kLayernormThreads = 256;
 constexpr int kLayernormWarps = kLayernormThreads / kWarpSize;
 
-/// Sum of `value` over the block's threads; every thread receives the same result.
-/// `partials` is kLayernormWarps floats of shared memory, free again on return.
-__device__ __forceinline__ float block_sum(float value, float* partials) {
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  value = warp_sum(value);
-  if (lane == 0) partials[warp] = value;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kLayernormWarps; ++w) total += partials[w];  // the same order everywhere
-  __syncthreads();  // everyone has read partials before the next call overwrites them
-  return total;
-}
-
 // Math:   v[r, :] = x[r, :], or with kAddResidual: residual[r, :] += x[r, :] and
 //         v[r, :] = the new residual[r, :];
 //         mean = sum_c v[r, c] / C;  var = sum_c (v[r, c] - mean)^2 / C;
@@ -48,16 +35,17 @@ __device__ __forceinline__ float block_sum(float value, float* partials) {
 // Grid:   one block per row (blockIdx.x = r); thread t holds packs t, t + 256, ... of
 //         the row (at most kPacksPerThread) in registers, so the row is read once and
 //         the sum written once; the statistics come from the registers.
-// Promises (kWidth = 4): LDG.E.128 STG.E.128
-template <int kWidth, int kPacksPerThread, bool kAddResidual>
-__global__ void __launch_bounds__(kLayernormThreads)
-    layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
-                         float* out, int C, float eps) {
+// The body of both kernels below, for float or bf16 rows (bf16: widened to fp32 on
+// load, every output rounded once on store, common/reference.hpp R3).
+template <typename Element, int kWidth, int kPacksPerThread, bool kAddResidual>
+__device__ __forceinline__ void normalize_row(Element* residual, const Element* x,
+                                              const Element* weight, const Element* bias,
+                                              Element* out, int C, float eps) {
   __shared__ float partials[kLayernormWarps];
   const int packs = C / kWidth;
   const std::size_t row_offset = static_cast<std::size_t>(blockIdx.x) * C;
-  const float* x_row = x + row_offset;
-  float* residual_row = kAddResidual ? residual + row_offset : nullptr;
+  const Element* x_row = x + row_offset;
+  Element* residual_row = kAddResidual ? residual + row_offset : nullptr;
 
   PackedFloats<kWidth> row[kPacksPerThread];
   PackedFloats<kWidth> weight_packs[kPacksPerThread];
@@ -67,20 +55,20 @@ __global__ void __launch_bounds__(kLayernormThreads)
   for (int k = 0; k < kPacksPerThread; ++k) {
     const int i = threadIdx.x + k * kLayernormThreads;
     if (i < packs) {
-      row[k] = load_packed<kWidth>(x_row, i);
-      weight_packs[k] = load_packed<kWidth>(weight, i);
-      bias_packs[k] = load_packed<kWidth>(bias, i);
+      row[k] = load_pack<kWidth>(x_row, i);
+      weight_packs[k] = load_pack<kWidth>(weight, i);
+      bias_packs[k] = load_pack<kWidth>(bias, i);
       if constexpr (kAddResidual) {
-        const PackedFloats<kWidth> residual_pack = load_packed<kWidth>(residual_row, i);
+        const PackedFloats<kWidth> residual_pack = load_pack<kWidth>(residual_row, i);
 #pragma unroll
         for (int j = 0; j < kWidth; ++j) row[k].values[j] += residual_pack.values[j];
-        store_packed<kWidth>(residual_row, i, row[k]);
+        store_pack<kWidth>(residual_row, i, row[k]);
       }
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) sum += row[k].values[j];
     }
   }
-  const float mean = block_sum(sum, partials) / static_cast<float>(C);
+  const float mean = block_sum<kLayernormWarps>(sum, partials) / static_cast<float>(C);
 
   float squares = 0.0f;
 #pragma unroll
@@ -93,9 +81,10 @@ __global__ void __launch_bounds__(kLayernormThreads)
       }
     }
   }
-  const float inverse_std = rsqrtf(block_sum(squares, partials) / static_cast<float>(C) + eps);
+  const float inverse_std =
+      rsqrtf(block_sum<kLayernormWarps>(squares, partials) / static_cast<float>(C) + eps);
 
-  float* out_row = out + row_offset;
+  Element* out_row = out + row_offset;
 #pragma unroll
   for (int k = 0; k < kPacksPerThread; ++k) {
     const int i = threadIdx.x + k * kLayernormThreads;
@@ -105,9 +94,32 @@ __global__ void __launch_bounds__(kLayernormThreads)
       for (int j = 0; j < kWidth; ++j)
         result.values[j] = (row[k].values[j] - mean) * inverse_std * weight_packs[k].values[j] +
                            bias_packs[k].values[j];
-      store_packed<kWidth>(out_row, i, result);
+      store_pack<kWidth>(out_row, i, result);
     }
   }
+}
+
+// Promises (kWidth = 4): LDG.E.128 STG.E.128
+template <int kWidth, int kPacksPerThread, bool kAddResidual>
+__global__ void __launch_bounds__(kLayernormThreads)
+    layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
+                         float* out, int C, float eps) {
+  normalize_row<float, kWidth, kPacksPerThread, kAddResidual>(residual, x, weight, bias, out, C,
+                                                              eps);
+}
+
+// Math:   as layernorm_row_kernel without the residual, on the bf16 residual stream:
+//         out[r, c] = bf16((x[r, c] - mean) * rsqrt(var + eps) * weight[c] + bias[c]),
+//         mean and var in fp32 over the bf16 row (R3).
+// Shapes: x, out [rows, C]; weight, bias [C]; bf16; C % kWidth == 0 (8 bf16 a pack).
+// Grid:   as layernorm_row_kernel: one block per row, C = 768 is 96 packs of 16 bytes.
+// Promises (kWidth = 8): LDG.E.128 STG.E.128
+template <int kWidth, int kPacksPerThread>
+__global__ void __launch_bounds__(kLayernormThreads)
+    layernorm_bf16_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
+                          const __nv_bfloat16* bias, __nv_bfloat16* out, int C, float eps) {
+  normalize_row<__nv_bfloat16, kWidth, kPacksPerThread, false>(nullptr, x, weight, bias, out, C,
+                                                               eps);
 }
 
 /// Launches layernorm_row_kernel with the fewest registers that hold a row of C:
@@ -140,8 +152,8 @@ void launch_row_kernel(float* residual, const float* x, const float* weight, con
   CUDA_CHECK_LAUNCH(stream);
 }
 
-void check_layernorm_arguments(const char* launcher, const float* weight, const float* bias,
-                               float* out, int rows, int C, float eps) {
+void check_layernorm_arguments(const char* launcher, const void* weight, const void* bias,
+                               const void* out, int rows, int C, float eps) {
   launch_checks::require_not_null(launcher, {{"weight", weight}, {"bias", bias}, {"out", out}});
   launch_checks::require_positive(launcher, {{"rows", rows}, {"C", C}});
   launch_checks::require(std::isfinite(eps) && eps >= 0.0f, launcher,
@@ -181,6 +193,34 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
       launch_checks::is_16_byte_aligned(bias) && launch_checks::is_16_byte_aligned(out);
   launch_row_kernel</*kAddResidual=*/true>(residual, x, weight, bias, out, rows, C, eps, packed,
                                            stream);
+}
+
+void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
+                           const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
+                           float eps, cudaStream_t stream) {
+  constexpr const char* kName = "launch_layernorm_bf16";
+  launch_checks::require_not_null(kName, "x", x);
+  check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
+  const bool packed = C % kBfloatPack == 0 && launch_checks::is_16_byte_aligned(x) &&
+                      launch_checks::is_16_byte_aligned(weight) &&
+                      launch_checks::is_16_byte_aligned(bias) &&
+                      launch_checks::is_16_byte_aligned(out);
+  const auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(x, weight, bias, out,
+                                                                              C, eps);
+  };
+  // C <= 2048 = kMaxLayernormC: one pack of 8 per thread, or up to 8 single values.
+  const int packs_per_thread = (C + kLayernormThreads - 1) / kLayernormThreads;
+  if (packed) {
+    launch(layernorm_bf16_kernel<kBfloatPack, 1>);
+  } else if (packs_per_thread <= 2) {
+    launch(layernorm_bf16_kernel<1, 2>);
+  } else if (packs_per_thread <= 4) {
+    launch(layernorm_bf16_kernel<1, 4>);
+  } else {
+    launch(layernorm_bf16_kernel<1, 8>);
+  }
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace ladder

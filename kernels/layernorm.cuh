@@ -7,6 +7,7 @@
 // Shapes: x, out [rows, C]; weight, bias [C]; fp32 row-major.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/kernel_limits.hpp"  // kMaxLayernormC
@@ -34,5 +35,16 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
                                const float* bias, float* out, int rows, int C, float eps,
                                cudaStream_t stream);
+
+/// LayerNorm of the bf16 residual stream (common/reference.hpp, point R3):
+///   out[r, :] = bf16((x[r, :] - mean_r) / sqrt(var_r + eps) * weight + bias),
+/// x, out [rows, C] and weight, bias [C] bf16, the statistics in fp32 over the bf16
+/// values, never stored. No fused residual add: in the bf16 step the residual add is
+/// the matmul epilogue's (R6, launch_decode_matmul_bf16 with kBiasResidual), which
+/// stores only the sum. One block per row as launch_layernorm; out may equal x.
+/// Throws std::invalid_argument as launch_layernorm.
+void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
+                           const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
+                           float eps, cudaStream_t stream);
 
 }  // namespace ladder

@@ -233,3 +233,25 @@ TEST_CASE("bf16 weight packing: each layout places (k, n) where it says, and unp
   CHECK_THROWS_AS(ladder::packed_bfloat16_size(0, 4, ladder::BfloatLayout::k_tiled),
                   std::invalid_argument);
 }
+
+TEST_CASE("bf16 transposed packing packs W = M^T exactly as packing W itself", "[bfloat16]") {
+  // M [N, K] as the tied LM head's wte [V, C]; K = 13 is not a multiple of 8.
+  const int N = 5, K = 13;
+  std::vector<float> matrix(static_cast<std::size_t>(N) * K);
+  for (std::size_t i = 0; i < matrix.size(); ++i)
+    matrix[i] = 0.5f + 0.0137f * static_cast<float>(i);
+  std::vector<float> transposed(matrix.size());
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k)
+      transposed[static_cast<std::size_t>(k) * N + n] = matrix[static_cast<std::size_t>(n) * K + k];
+  for (const ladder::BfloatLayout layout :
+       {ladder::BfloatLayout::k_major, ladder::BfloatLayout::n_major,
+        ladder::BfloatLayout::k_tiled}) {
+    INFO("layout " << static_cast<int>(layout));
+    CHECK(ladder::pack_bfloat16_weights_transposed(matrix.data(), N, K, layout) ==
+          ladder::pack_bfloat16_weights(transposed, K, N, layout));
+  }
+  CHECK_THROWS_AS(
+      ladder::pack_bfloat16_weights_transposed(matrix.data(), 0, K, ladder::BfloatLayout::k_tiled),
+      std::invalid_argument);
+}

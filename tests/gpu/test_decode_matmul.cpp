@@ -18,6 +18,7 @@
 #include "common/weights.hpp"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/sampling.cuh"
+#include "tests/gpu/decode_matmul_test_helpers.hpp"
 #include "tests/gpu/device_test_helpers.hpp"
 
 namespace ladder {
@@ -41,14 +42,8 @@ const Shape kGpt2MediumShapes[] = {{1024, 3072}, {1024, 1024}, {1024, 4096}, {40
 // Sizes that are multiples of nothing: K = 97 takes the 4-byte x path, N = 1 one column.
 const Shape kOddShapes[] = {{100, 97}, {64, 100}, {97, 65}, {33, 1}, {1, 130}};
 
-constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
-                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
-
-/// A stream and its own workspace, as a decode loop sets them up.
-struct DecodeQueue {
-  test::DeviceStream stream;
-  DecodeMatmulWorkspace workspace;
-};
+using test::DecodeQueue;
+using test::kEpilogues;
 
 /// A weight W [K, N] with its packed copy on the device.
 struct PackedWeight {
@@ -303,56 +298,15 @@ TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
 
 // ---------------------------------------------------------------- the LM head
 
-/// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
-/// and their winner the row's argmax; returns the argmax of every row.
-std::vector<int> check_candidates(const std::vector<float>& logits,
-                                  const std::vector<float>& candidate_values,
-                                  const std::vector<std::int32_t>& candidate_indices, int B,
-                                  int V) {
-  const int tiles = decode_lm_head_candidates(V);
-  std::vector<int> tokens(B);
-  for (int b = 0; b < B; ++b) {
-    CAPTURE(b);
-    const float* row = logits.data() + static_cast<std::size_t>(b) * V;
-    for (int t = 0; t < tiles; ++t) {
-      const int first = t * kDecodeTileColumns;
-      const int count = std::min(kDecodeTileColumns, V - first);
-      const int expected = first + reference::argmax(row + first, count);
-      const std::size_t at = static_cast<std::size_t>(b) * tiles + t;
-      CAPTURE(t);
-      REQUIRE(candidate_indices[at] == expected);
-      REQUIRE((candidate_values[at] == row[expected] ||
-               (std::isnan(candidate_values[at]) && std::isnan(row[expected]))));
-    }
-    // The second pass: the candidates lie in index order, so the argmax over their
-    // values (ties to the first, NaN first) is the winner of the row.
-    const std::size_t first_candidate = static_cast<std::size_t>(b) * tiles;
-    const int best = reference::argmax(candidate_values.data() + first_candidate, tiles);
-    tokens[b] = candidate_indices[first_candidate + best];
-    CHECK(tokens[b] == reference::argmax(row, V));
-  }
-  return tokens;
-}
-
-struct LmHeadResult {
-  std::vector<float> logits;
-  std::vector<float> candidate_values;
-  std::vector<std::int32_t> candidate_indices;
-};
+using test::LmHeadResult;
 
 LmHeadResult run_lm_head(DecodeQueue& queue, const float* x, const float* packed_wte, int B, int C,
                          int V, DecodePrecision precision, bool with_logits) {
-  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
-  test::DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
-  test::DeviceArray<float> values(candidates);
-  test::DeviceArray<std::int32_t> indices(candidates);
-  logits.poison();
-  values.poison();
-  indices.poison();
-  launch_decode_lm_head(x, packed_wte, with_logits ? logits.get() : nullptr, values.get(),
-                        indices.get(), B, C, V, precision, queue.workspace, queue.stream.get());
-  queue.stream.synchronize();
-  return LmHeadResult{logits.download(), values.download(), indices.download()};
+  return test::lm_head_into_poisoned(
+      B, V, queue.stream, [&](float* logits, float* values, std::int32_t* indices) {
+        launch_decode_lm_head(x, packed_wte, with_logits ? logits : nullptr, values, indices, B, C,
+                              V, precision, queue.workspace, queue.stream.get());
+      });
 }
 
 TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argmax",
@@ -380,7 +334,8 @@ TEST_CASE("launch_decode_lm_head matches reference::lm_head and reference::argma
       std::vector<float> expected(static_cast<std::size_t>(c.B) * c.V);
       reference::lm_head(x.data(), wte.data(), expected.data(), c.B, c.C, c.V);
       CHECK(test::checked_relative_error(result.logits, expected) <= tolerance(precision));
-      check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B, c.V);
+      test::check_candidates(result.logits, result.candidate_values, result.candidate_indices, c.B,
+                             c.V);
 
       // Without logits: the same candidates, and the logits stay untouched.
       const LmHeadResult candidates_only =
@@ -419,8 +374,8 @@ TEST_CASE("the LM head's argmax first pass breaks ties to the lowest index and r
     const test::DeviceArray<float> packed(pack_decode_weight_transposed(wte.data(), V, C));
     const LmHeadResult result =
         run_lm_head(queue, x_device.get(), packed.get(), B, C, V, precision, true);
-    const std::vector<int> tokens =
-        check_candidates(result.logits, result.candidate_values, result.candidate_indices, B, V);
+    const std::vector<int> tokens = test::check_candidates(result.logits, result.candidate_values,
+                                                           result.candidate_indices, B, V);
     const int tiles = decode_lm_head_candidates(V);
     for (int b = 0; b < B; ++b) {
       CAPTURE(b);

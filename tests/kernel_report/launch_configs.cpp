@@ -28,6 +28,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/cache_attention.cuh"
+#include "kernels/cache_attention_bf16.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
@@ -170,6 +171,13 @@ void record_all() {
   std::int32_t* all_finished = memory.next<std::int32_t>();
   std::int32_t* output_tokens = memory.next<std::int32_t>();
   ladder::DecodePosition* cursor = memory.next<ladder::DecodePosition>();
+  __nv_bfloat16* bf16_x = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_y = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_weight = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_bias = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_qkv = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_keys = memory.next<__nv_bfloat16>();
+  __nv_bfloat16* bf16_values = memory.next<__nv_bfloat16>();
 
   for (const int T : {1, kSequence}) {
     const char* workload = T == 1 ? "decode" : "sequence";
@@ -218,9 +226,25 @@ void record_all() {
     ladder::launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, y, workspace, B, H,
                                           C, kStream);
   });
+  // The bf16 step's kernels (the same shapes, bf16 tensors).
+  record("decode", "launch_embedding_at_cursor_bf16", [&] {
+    ladder::launch_embedding_at_cursor_bf16(tokens, cursor, bf16_weight, bf16_bias, bf16_y, B, C,
+                                            kStream);
+  });
+  record("decode", "launch_layernorm_bf16", [&] {
+    ladder::launch_layernorm_bf16(bf16_x, bf16_weight, bf16_bias, bf16_y, B, C, kEps, kStream);
+  });
+  record("decode", "launch_decode_attention_bf16", [&] {
+    ladder::launch_decode_attention_bf16(bf16_qkv, bf16_keys, bf16_values, cursor, kCapacity,
+                                         bf16_y, B, H, C, kStream);
+  });
   record("decode", "launch_argmax_step", [&] {
-    const ladder::GreedyState state{/*forced_tokens=*/nullptr, finished, all_finished,
-                                    output_tokens, kNewTokens, /*eos_id=*/50256};
+    const ladder::GreedyState state{/*forced_tokens=*/nullptr,
+                                    finished,
+                                    all_finished,
+                                    output_tokens,
+                                    kNewTokens,
+                                    /*eos_id=*/50256};
     ladder::launch_argmax_step(logits, tokens, state, cursor, B, V, kStream);
   });
 }

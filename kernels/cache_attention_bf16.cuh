@@ -1,0 +1,37 @@
+// kernels/cache_attention_bf16.cuh - decode attention against a bf16 KV cache allocated
+// once for the maximum length, the step's position read from device memory
+// (common/reference.hpp, points R4 and R5).
+//
+// Notation and layouts as in cache_attention.cuh, every tensor bf16:
+//   qkv     [B, 3C]                the step's c_attn output (R4: already rounded once)
+//   keys,   [B, H, capacity, D]    Hugging Face's cache layout
+//   values
+//   out     [B, C]                 heads side by side, ready for c_proj
+// The step's token sits at p = cursor->position: this launch writes its k and v (exact
+// copies of the bf16 qkv, R4) to position p and attends over positions 0 .. p:
+//   out[b, head h] = bf16(sum_{s <= p} softmax_s(q_b . k_s / sqrt(D)) v_s)
+// with the scores, the softmax's maximum, exponentials and sum, and the weighted sum of
+// the values in fp32, never stored (R5).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/decode_position.cuh"
+
+namespace ladder {
+
+/// Append and attend, one block per (b, h) over the valid length L = p + 1 only; every
+/// key and value row read as 16-byte pieces of 8 bf16. The block that attends (b, h) is
+/// the only one touching its cache rows, and it takes position p's k and v straight from
+/// qkv, so no read can race this launch's write. Sums in a fixed order (bit-identical
+/// repeat runs). A cursor position outside [0, capacity) gives NaN outputs and writes no
+/// cache entry.
+/// Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0, C not
+/// divisible by H, D = C / H not a multiple of 8 or above kMaxHeadDim, or a pointer that
+/// is not 16-byte aligned.
+void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
+                                  __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
+                                  __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream);
+
+}  // namespace ladder

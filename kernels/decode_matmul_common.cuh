@@ -1,0 +1,292 @@
+// kernels/decode_matmul_common.cuh - what the fp32/tf32 and the bf16 decode matmuls
+// (decode_matmul.cu, decode_matmul_bf16.cu) share: the kernels' argument struct and the
+// host checks that fill it, and the end of every kernel - the k-groups of warps summed
+// in group order, the splits of K summed in split order by the block that arrives last,
+// and the epilogue (bias, GELU, residual, the LM head's candidates) on the finished tile.
+//
+// A block ends with its partial tile of [rows][kTileStride] floats in shared memory, one
+// per k-group of warps. bias and out may point to float or to __nv_bfloat16: values are
+// widened to float on load, the epilogue runs in fp32 and the result is rounded once,
+// to nearest even, when it is stored (common/reference.hpp, points R4, R6, R7).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/argmax_order.cuh"
+#include "kernels/decode_matmul.cuh"
+#include "kernels/device_primitives.cuh"
+#include "kernels/launch_checks.hpp"
+
+namespace ladder::decode_common {
+
+constexpr int kThreads = 256;  // every decode-matmul block
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kTileColumns = kDecodeTileColumns;     // 64
+constexpr int kTileStride = kDecodeTileColumns + 4;  // floats between two rows of a tile
+
+/// Everything a decode-matmul kernel reads, by value (one struct, not 18 arguments):
+/// Element is the type of x, W and bias (float or __nv_bfloat16), Output that of out.
+template <typename Element, typename Output>
+struct DecodeMatmulArguments {
+  const Element* x;                 ///< [B, K]
+  const Element* weight;            ///< packed (the kernel's layout)
+  const Element* bias;              ///< [N] or null
+  Output* out;                      ///< [B, N] or null (LM head without logits)
+  float* candidate_values;          ///< [B, T] or null
+  std::int32_t* candidate_indices;  ///< [B, T] or null
+  float* partials;                  ///< [S][T][B][64] when S > 1
+  unsigned int* tile_counters;      ///< [T] when S > 1, zero between launches
+  int B;
+  int K;
+  int N;
+  int padded_rows;  ///< K padded as the layout pads it (32 rows for fp32, 8 for bf16)
+  int column_tiles;
+  int chunks;
+  int splits;
+  int chunks_per_split;
+  DecodeEpilogue epilogue;
+  bool out_pairs;  ///< N even and out aligned to two outputs: paired stores
+};
+
+// ---------------------------------------------------------------- host side
+
+/// The plan of a product cut into chunks of `chunk_rows` inputs of K, row tile
+/// `row_tile`, the splits that take the fewest waves x chunks per block
+/// (choose_decode_splits). Throws std::invalid_argument, naming `caller`, on B outside
+/// [1, 64], K or N <= 0, or multiprocessors <= 0.
+inline DecodeMatmulPlan plan_decode_chunks(const char* caller, int B, int K, int N,
+                                           int multiprocessors, int row_tile, int chunk_rows) {
+  launch_checks::require_positive(
+      caller, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
+  if (B > kDecodeMaxRows)
+    launch_checks::fail(caller, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
+                                    std::to_string(B) + ")");
+  DecodeMatmulPlan plan;
+  plan.row_tile = row_tile;
+  plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
+  plan.chunks = (K + chunk_rows - 1) / chunk_rows;
+  const DecodeSplits chosen = choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
+  plan.splits = chosen.splits;
+  plan.chunks_per_split = chosen.chunks_per_split;
+  plan.partial_floats =
+      plan.splits > 1 ? static_cast<std::size_t>(plan.splits) * plan.column_tiles * B * kTileColumns
+                      : 0;
+  return plan;
+}
+
+/// The checks of launch_decode_matmul and its bf16 twin: pointers, the bias against the
+/// epilogue, the shape.
+inline void check_product_arguments(const char* launcher, const void* x, const void* weight,
+                                    const void* bias, const void* out, int B, int K, int N,
+                                    DecodeEpilogue epilogue) {
+  launch_checks::require_not_null(launcher, {{"x", x}, {"packed_weight", weight}, {"out", out}});
+  if (epilogue == DecodeEpilogue::kNone) {
+    launch_checks::require(bias == nullptr, launcher,
+                           "bias must be null with DecodeEpilogue::kNone (use kBias to add it)");
+  } else {
+    launch_checks::require_not_null(launcher, "bias", bias);
+  }
+  launch_checks::require_positive(launcher, {{"B", B}, {"K", K}, {"N", N}});
+  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+}
+
+/// The checks of launch_decode_lm_head and its bf16 twin.
+inline void check_lm_head_arguments(const char* launcher, const void* x, const void* packed_wte,
+                                    const void* logits, const void* candidate_values,
+                                    const void* candidate_indices, int B, int C, int V) {
+  launch_checks::require_not_null(launcher, {{"x", x}, {"packed_wte", packed_wte}});
+  launch_checks::require((candidate_values == nullptr) == (candidate_indices == nullptr), launcher,
+                         "candidate_values and candidate_indices must both be given or both null");
+  launch_checks::require(logits != nullptr || candidate_values != nullptr, launcher,
+                         "nothing to write: give logits, candidates or both");
+  launch_checks::require_positive(launcher, {{"B", B}, {"C", C}, {"V", V}});
+  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+}
+
+/// The arguments of one product under `plan`, after the checks every product shares
+/// (a 16-byte aligned weight, the grid's column limit, a workspace large enough).
+template <typename Element, typename Output>
+DecodeMatmulArguments<Element, Output> product_arguments(
+    const char* launcher, const Element* x, const Element* weight, const Element* bias, Output* out,
+    float* candidate_values, std::int32_t* candidate_indices, int B, int K, int N, int padded_rows,
+    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, DecodeMatmulWorkspace& workspace) {
+  constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
+  launch_checks::require(launch_checks::is_16_byte_aligned(weight), launcher,
+                         "the packed weight must be 16-byte aligned");
+  launch_checks::require(plan.column_tiles <= kMaxGridY, launcher,
+                         "N must be at most 65535 * 64 (one block row per column tile)");
+  if (plan.splits > 1) {
+    launch_checks::require(plan.partial_floats <= workspace.partial_floats() &&
+                               plan.column_tiles <= workspace.tile_counter_count(),
+                           launcher, "the workspace is too small for this product");
+  }
+  DecodeMatmulArguments<Element, Output> arguments{};
+  arguments.x = x;
+  arguments.weight = weight;
+  arguments.bias = bias;
+  arguments.out = out;
+  arguments.candidate_values = candidate_values;
+  arguments.candidate_indices = candidate_indices;
+  arguments.partials = workspace.partials();
+  arguments.tile_counters = workspace.tile_counters();
+  arguments.B = B;
+  arguments.K = K;
+  arguments.N = N;
+  arguments.padded_rows = padded_rows;
+  arguments.column_tiles = plan.column_tiles;
+  arguments.chunks = plan.chunks;
+  arguments.splits = plan.splits;
+  arguments.chunks_per_split = plan.chunks_per_split;
+  arguments.epilogue = epilogue;
+  arguments.out_pairs = out != nullptr && N % 2 == 0 &&
+                        reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
+  return arguments;
+}
+
+// ---------------------------------------------------------------- the kernels' tail
+
+__device__ __forceinline__ float widen(float value) { return value; }
+__device__ __forceinline__ float widen(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+/// Two neighbouring outputs, columns n and n + 1, as one 8-byte (float) or 4-byte (bf16)
+/// store; `at` must be aligned to the pair.
+__device__ __forceinline__ void store_pair(float* at, float first, float second) {
+  *reinterpret_cast<float2*>(at) = make_float2(first, second);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16* at, float first, float second) {
+  *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(first, second);
+}
+__device__ __forceinline__ void store_one(float* at, float value) { *at = value; }
+__device__ __forceinline__ void store_one(__nv_bfloat16* at, float value) {
+  *at = __float2bfloat16_rn(value);
+}
+
+/// Adds the k-groups' tiles (tile g at shared + g * kRows * kTileStride) in group order
+/// into the first; rows below B only.
+template <int kRows>
+__device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
+  constexpr int kQuads = kTileColumns / 4;
+  for (int e = threadIdx.x; e < B * kQuads; e += kThreads) {
+    const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
+    float4 sum = *reinterpret_cast<const float4*>(shared + offset);
+    for (int g = 1; g < groups; ++g) {
+      const float4 more =
+          *reinterpret_cast<const float4*>(shared + g * kRows * kTileStride + offset);
+      sum.x += more.x;
+      sum.y += more.y;
+      sum.z += more.z;
+      sum.w += more.w;
+    }
+    *reinterpret_cast<float4*>(shared + offset) = sum;
+  }
+  __syncthreads();
+}
+
+/// With S > 1: writes this block's tile to the workspace; the block that completes the
+/// tile's set sums the S partials in split order into `tile` and returns true, the
+/// others return false (and have nothing left to do). With S = 1: true at once.
+template <typename Arguments>
+__device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int split,
+                                              float* tile_values) {
+  if (a.splits == 1) return true;
+  __shared__ bool last_to_arrive;
+  constexpr int kQuads = kTileColumns / 4;
+  const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
+  const auto partial = [&](int s) {
+    return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;
+  };
+  float* mine = partial(split);
+  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
+    const int row = e / kQuads;
+    const int column = 4 * (e % kQuads);
+    __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
+           *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
+  }
+  __threadfence();  // the partial is visible device-wide before the counter moves
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int arrived = atomicAdd(a.tile_counters + tile, 1u);
+    last_to_arrive = arrived == static_cast<unsigned int>(a.splits - 1);
+  }
+  __syncthreads();
+  if (!last_to_arrive) return false;
+  __threadfence();  // see the other blocks' partials, not stale lines
+  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
+    const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
+    float4 sum = __ldcg(reinterpret_cast<const float4*>(partial(0) + offset));
+#pragma unroll 4
+    for (int s = 1; s < a.splits; ++s) {  // unrolled: several loads in flight
+      const float4 more = __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
+      sum.x += more.x;
+      sum.y += more.y;
+      sum.z += more.z;
+      sum.w += more.w;
+    }
+    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) = sum;
+  }
+  if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
+  __syncthreads();
+  return true;
+}
+
+/// The epilogue on the finished tile [B][kTileStride] (columns 64 tile ..): warp w takes
+/// rows w, w + 8, ...; lane l columns 2 l and 2 l + 1. Writes out (rounded once to its
+/// type) and, for the LM head, each row's best (value, index) of the tile, taken on the
+/// stored values.
+template <typename Arguments>
+__device__ __forceinline__ void store_tile(const Arguments& a, int tile, const float* tile_values) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int first_column = tile * kTileColumns + 2 * lane;
+  for (int b = warp; b < a.B; b += kWarps) {
+    const float2 pair = *reinterpret_cast<const float2*>(tile_values + b * kTileStride + 2 * lane);
+    float values[2] = {pair.x, pair.y};
+    auto* out_row = a.out != nullptr ? a.out + static_cast<std::size_t>(b) * a.N : nullptr;
+    Candidate best = no_candidate();
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = first_column + j;
+      if (n >= a.N) continue;
+      float y = values[j];
+      if (a.epilogue != DecodeEpilogue::kNone) y += widen(a.bias[n]);
+      if (a.epilogue == DecodeEpilogue::kBiasGelu) y = gelu(y);
+      if (a.epilogue == DecodeEpilogue::kBiasResidual) y += widen(out_row[n]);
+      values[j] = y;
+      const Candidate mine{y, n};
+      if (beats(mine, best)) best = mine;
+    }
+    if (out_row != nullptr) {
+      if (a.out_pairs && first_column + 1 < a.N) {
+        store_pair(out_row + first_column, values[0], values[1]);
+      } else {
+        for (int j = 0; j < 2; ++j)
+          if (first_column + j < a.N) store_one(out_row + first_column + j, values[j]);
+      }
+    }
+    if (a.candidate_values != nullptr) {
+      best = warp_argmax(best);
+      if (lane == 0) {
+        a.candidate_values[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.value;
+        a.candidate_indices[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.index;
+      }
+    }
+  }
+}
+
+/// The chunks of split `split`: [first, first + count).
+struct ChunkRange {
+  int first;
+  int count;
+};
+
+template <typename Arguments>
+__device__ __forceinline__ ChunkRange chunk_range(const Arguments& a, int split) {
+  const int first = split * a.chunks_per_split;
+  return ChunkRange{first, min(a.chunks_per_split, a.chunks - first)};
+}
+
+}  // namespace ladder::decode_common

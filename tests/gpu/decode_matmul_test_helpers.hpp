@@ -1,0 +1,85 @@
+// tests/gpu/decode_matmul_test_helpers.hpp - what the fp32 and the bf16 LM-head tests
+// share: the epilogues, a stream with its workspace, one launch into poisoned logits and
+// candidates, and the check of the argmax's
+// first pass (the candidates) against the kernel's own logits.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "kernels/decode_matmul.cuh"
+#include "tests/gpu/device_test_helpers.hpp"
+
+namespace ladder::test {
+
+/// Every epilogue, in declaration order.
+constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::kBias,
+                                         DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual};
+
+/// A stream and its own workspace, as a decode loop sets them up.
+struct DecodeQueue {
+  DeviceStream stream;
+  DecodeMatmulWorkspace workspace;
+};
+
+/// What one LM-head launch left: logits [B, V], candidates [B, T].
+struct LmHeadResult {
+  std::vector<float> logits;
+  std::vector<float> candidate_values;
+  std::vector<std::int32_t> candidate_indices;
+};
+
+/// Runs launch(logits, candidate_values, candidate_indices) into fresh poisoned buffers
+/// for [B, V] logits on `stream` and returns what they hold afterwards.
+template <typename Launch>
+LmHeadResult lm_head_into_poisoned(int B, int V, const DeviceStream& stream, const Launch& launch) {
+  const std::size_t candidates = static_cast<std::size_t>(B) * decode_lm_head_candidates(V);
+  DeviceArray<float> logits(static_cast<std::size_t>(B) * V);
+  DeviceArray<float> values(candidates);
+  DeviceArray<std::int32_t> indices(candidates);
+  logits.poison();
+  values.poison();
+  indices.poison();
+  launch(logits.get(), values.get(), indices.get());
+  stream.synchronize();
+  return LmHeadResult{logits.download(), values.download(), indices.download()};
+}
+
+/// Row b's candidates must be the winners of its tiles of `logits` (the kernel's own),
+/// and their winner the row's argmax; returns the argmax of every row.
+inline std::vector<int> check_candidates(const std::vector<float>& logits,
+                                         const std::vector<float>& candidate_values,
+                                         const std::vector<std::int32_t>& candidate_indices, int B,
+                                         int V) {
+  const int tiles = decode_lm_head_candidates(V);
+  std::vector<int> tokens(B);
+  for (int b = 0; b < B; ++b) {
+    CAPTURE(b);
+    const float* row = logits.data() + static_cast<std::size_t>(b) * V;
+    for (int t = 0; t < tiles; ++t) {
+      const int first = t * kDecodeTileColumns;
+      const int count = std::min(kDecodeTileColumns, V - first);
+      const int expected = first + reference::argmax(row + first, count);
+      const std::size_t at = static_cast<std::size_t>(b) * tiles + t;
+      CAPTURE(t);
+      REQUIRE(candidate_indices[at] == expected);
+      REQUIRE((candidate_values[at] == row[expected] ||
+               (std::isnan(candidate_values[at]) && std::isnan(row[expected]))));
+    }
+    // The second pass: the candidates lie in index order, so the argmax over their
+    // values (ties to the first, NaN first) is the winner of the row.
+    const std::size_t first_candidate = static_cast<std::size_t>(b) * tiles;
+    const int best = reference::argmax(candidate_values.data() + first_candidate, tiles);
+    tokens[b] = candidate_indices[first_candidate + best];
+    CHECK(tokens[b] == reference::argmax(row, V));
+  }
+  return tokens;
+}
+
+}  // namespace ladder::test
