@@ -401,6 +401,7 @@ BenchmarkRow time_on_host(HostDecoder& decoder, const RunOptions& options,
   row.prompt_length = prompts.length;
   row.device_memory_measured = false;
   row.floor_seconds = row.kernels_per_step = row.copies_per_step = -1;
+  row.graph_launches_per_step = row.host_seconds_per_step = -1;
   row.gpu_idle_per_step = row.gpu_idle_between_steps = -1;
   LogitsRecorder no_logits;
   for (int run_index = 0; run_index < options.warmup_runs; ++run_index)
