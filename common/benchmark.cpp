@@ -109,7 +109,8 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
         short_bytes(row.memory.peak_reserved_bytes).c_str(), 100.0 * row.memory.fragmentation(),
         row.allocations_per_step, row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
         traced(row.graph_launches_per_step).c_str(), traced(row.copies_per_step).c_str(),
-        traced(row.host_seconds_per_step * 1e6).c_str(), traced(row.gpu_idle_per_step * 1e6).c_str(),
+        traced(row.host_seconds_per_step * 1e6).c_str(),
+        traced(row.gpu_idle_per_step * 1e6).c_str(),
         traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
     out << line;
   }

@@ -20,8 +20,9 @@ namespace {
 void check_conditional_call(cudaError_t status, const char* call) {
   if (status == cudaSuccess) return;
   if (status == cudaErrorNotSupported)
-    throw CudaError(std::string("conditional graph nodes are not supported by this GPU or driver (") +
-                    call + ": " + cudaGetErrorName(status) + ")");
+    throw CudaError(
+        std::string("conditional graph nodes are not supported by this GPU or driver (") + call +
+        ": " + cudaGetErrorName(status) + ")");
   throw_graph_error(call, status);
 }
 

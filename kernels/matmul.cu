@@ -136,7 +136,7 @@ LtMatmul& LtMatmul::operator=(LtMatmul&& other) noexcept {
 }
 
 const LtMatmul::Plan& LtMatmul::plan_for(const PlanKey& key, const float* bias,
-                                          cudaStream_t stream) {
+                                         cudaStream_t stream) {
   if (const auto found = plans_.find(key); found != plans_.end()) return *found->second;
   // A capture records only what reaches the stream; the heuristic query is host work
   // that no replay repeats. Asked inside a capture it would still work, but the product
@@ -145,8 +145,8 @@ const LtMatmul::Plan& LtMatmul::plan_for(const PlanKey& key, const float* bias,
   // loaded the kernels, and gave the result every replay must equal).
   if (stream_is_capturing(stream))
     throw CudaError("LtMatmul: no plan yet for rows = " + std::to_string(key.rows) +
-                    ", in = " + std::to_string(key.inner) + ", out = " +
-                    std::to_string(key.outer) + " (epilogue " + epilogue_name(key.epilogue) +
+                    ", in = " + std::to_string(key.inner) + ", out = " + std::to_string(key.outer) +
+                    " (epilogue " + epilogue_name(key.epilogue) +
                     ") while the stream captures a CUDA graph; run the product once before "
                     "the capture so that cuBLASLt chooses its algorithm outside it");
 

@@ -314,6 +314,9 @@ def row_cells(report, size, comparisons, reference_name: str) -> dict:
         "alloc/step": optional(row.get("allocations_per_step"), 1),
         "syncs/step": optional(row.get("host_syncs_per_step"), 2),
         "kernels/step": optional(row.get("kernels_per_step"), 1),
+        "graphs/step": optional(row.get("graph_launches_per_step"), 2),
+        "host µs/step": optional(None if row.get("host_api_s_per_step") is None
+                                 else row["host_api_s_per_step"] * 1e6, 1),
         "idle µs/step": optional(None if idle is None else idle * 1e6, 1),
         "idle between steps µs": optional(None if gap is None else gap * 1e6, 1),
         "matmuls ms/step": optional(None if matmuls is None else matmuls * 1e3, 3),
@@ -344,7 +347,8 @@ def beside_previous_table(report, ladder, layout, columns: list) -> list:
     """This chapter's rows at the main batch with the previous chapter's (same size and
     precision) above each, in the chosen columns only."""
     comparisons = Comparisons(ladder)
-    known = column_names("01", True)
+    # The traced columns of the graph chapters may be picked too (runs before them lack them: "—").
+    known = column_names("01", True) + ["graphs/step", "host µs/step"]
     unknown = [name for name in columns if name not in known]
     if unknown:
         fail(f"beside-previous: unknown column(s) {', '.join(unknown)}; choose from "
@@ -581,8 +585,9 @@ def chapter_block(run, report, ladder, layout, results_name) -> str:
 PROFILE_STEP = re.compile(r"^batch (\d+), (\d+) new tokens: GPU busy ([0-9.]+) ms of ([0-9.]+) ms "
                           r"per step")
 PROFILE_KERNEL = re.compile(r"^\s+([0-9.]+) us/step\s+([0-9.]+) launches/step\s+(.+)$")
-# cuBLASLt's kernels: the products themselves and their split-K reductions.
-MATMUL_KERNEL = re.compile(r"gemm|cublasLt|cutlass", re.IGNORECASE)
+# The matrix products' kernels: cuBLASLt's (the products themselves and their split-K
+# reductions) and the decode matmuls (kernels/decode_matmul.cu).
+MATMUL_KERNEL = re.compile(r"gemm|cublasLt|cutlass|decode_matmul", re.IGNORECASE)
 
 
 @dataclass

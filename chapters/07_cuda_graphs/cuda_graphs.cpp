@@ -251,8 +251,8 @@ class Gpt2Decoder final : public Decoder {
     key.add_addresses({cursor, next_tokens, cache.keys, cache.values, cache.attention_workspace,
                        activations.hidden, activations.normed, activations.qkv,
                        activations.attended, activations.projected, activations.expanded,
-                       activations.logits, state.forced_tokens, state.finished,
-                       state.all_finished, state.output_tokens});
+                       activations.logits, state.forced_tokens, state.finished, state.all_finished,
+                       state.output_tokens});
     return key;
   }
 
@@ -419,6 +419,5 @@ class Gpt2Decoder final : public Decoder {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"07_cuda_graphs", "CUDA graphs"},
-                     make_decoder<Gpt2Decoder>);
+  return run_chapter(argc, argv, {"07_cuda_graphs", "CUDA graphs"}, make_decoder<Gpt2Decoder>);
 }

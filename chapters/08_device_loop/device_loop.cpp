@@ -129,8 +129,8 @@ class Gpt2Decoder final : public Decoder {
                          : TypedBuffer<float>();
     // NEW in chapter 07: what a captured generation froze and may differ between
     // generations; equal to what the last capture froze, the graph is replayed.
-    const GraphKey frozen = generation_graph_key(B, T, sequence, cache, activations, greedy,
-                                                 cursor, next_tokens, logits_history);
+    const GraphKey frozen = generation_graph_key(B, T, sequence, cache, activations, greedy, cursor,
+                                                 next_tokens, logits_history);
 
     GenerationOutput output;
     output.batch = B;
@@ -153,7 +153,8 @@ class Gpt2Decoder final : public Decoder {
       // finished, the cursor at the prompt's last token. The rest they wrote, the graph
       // writes again before reading it.
       for (const bool prefill_step : {true, false})
-        launch_argmax_step(forward(prefill_step), next_tokens, greedy.state(), cursor, B, V, stream);
+        launch_argmax_step(forward(prefill_step), next_tokens, greedy.state(), cursor, B, V,
+                           stream);
       CUDA_CHECK(cudaMemsetAsync(greedy.state().finished, 0, sizeof(std::int32_t) * B, stream));
       CUDA_CHECK(cudaMemcpyAsync(cursor, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
 
@@ -174,8 +175,8 @@ class Gpt2Decoder final : public Decoder {
       capture_into_graph(
           loop_body, stream,
           [&] {
-            launch_argmax_step_in_graph_loop(forward(false), next_tokens, greedy.state(), cursor,
-                                             B, V, another_step, stream);
+            launch_argmax_step_in_graph_loop(forward(false), next_tokens, greedy.state(), cursor, B,
+                                             V, another_step, stream);
           },
           "decode loop body");
       generation = &generation_graph_.store(frozen, CudaGraphExec(graph, "generation"));
@@ -232,8 +233,8 @@ class Gpt2Decoder final : public Decoder {
                        cache.attention_workspace, activations.hidden, activations.normed,
                        activations.qkv, activations.attended, activations.projected,
                        activations.expanded, activations.last, activations.logits,
-                       state.forced_tokens, state.finished, state.all_finished,
-                       state.output_tokens, logits_history});
+                       state.forced_tokens, state.finished, state.all_finished, state.output_tokens,
+                       logits_history});
     return key;
   }
 

@@ -717,8 +717,8 @@ TEST_CASE_METHOD(ExpandableOnFakeDevice,
 
 // ================================================================ both, while a graph is captured
 
-TEMPLATE_TEST_CASE("an allocation on a stream that captures a CUDA graph is refused",
-                   "[allocator]", CachingAllocator, ExpandableAllocator) {
+TEMPLATE_TEST_CASE("an allocation on a stream that captures a CUDA graph is refused", "[allocator]",
+                   CachingAllocator, ExpandableAllocator) {
   FakeDevice device;
   std::unique_ptr<TestType> allocator = make_fake_allocator<TestType>(device);
   const cudaStream_t capturing = fake_stream(1);

@@ -32,11 +32,11 @@ const int cursor_slot[2] = {0, 0};
 TEST_CASE("a graph key is equal only when every frozen value is", "[graphs]") {
   const GraphKey key = step_key(32, 132, &cache_slot[0], &cursor_slot[0]);
   CHECK(key == step_key(32, 132, &cache_slot[0], &cursor_slot[0]));
-  CHECK(key != step_key(8, 132, &cache_slot[0], &cursor_slot[0]));    // batch
-  CHECK(key != step_key(32, 232, &cache_slot[0], &cursor_slot[0]));   // T + N
-  CHECK(key != step_key(32, 132, &cache_slot[1], &cursor_slot[0]));   // a buffer moved
+  CHECK(key != step_key(8, 132, &cache_slot[0], &cursor_slot[0]));   // batch
+  CHECK(key != step_key(32, 232, &cache_slot[0], &cursor_slot[0]));  // T + N
+  CHECK(key != step_key(32, 132, &cache_slot[1], &cursor_slot[0]));  // a buffer moved
   CHECK(key != step_key(32, 132, &cache_slot[0], &cursor_slot[1]));
-  CHECK(key != step_key(32, 132, nullptr, &cursor_slot[0]));          // teacher forcing off
+  CHECK(key != step_key(32, 132, nullptr, &cursor_slot[0]));  // teacher forcing off
   // A value in another position is another key: order is part of it.
   GraphKey swapped;
   swapped.add_size(132).add_size(32).add_address(&cache_slot[0]).add_address(&cursor_slot[0]);

@@ -32,8 +32,7 @@ namespace {
 
 using Catch::Matchers::Contains;
 
-TEST_CASE("a capture records without running, and each launch replays the work once",
-          "[graphs]") {
+TEST_CASE("a capture records without running, and each launch replays the work once", "[graphs]") {
   const test::DeviceStream stream;
   const int rows = 3;
   const int columns = 37;
@@ -47,12 +46,13 @@ TEST_CASE("a capture records without running, and each launch replays the work o
   const GraphKey key = GraphKey().add_size(rows).add_address(total.get());
   REQUIRE(cache.find(key) == nullptr);
   CudaGraphExec& graph = cache.store(
-      key, CudaGraphExec(capture_graph(
-                             stream.get(),
-                             [&] { launch_residual_add(total.get(), one.get(), rows, columns,
-                                                       stream.get()); },
-                             "residual add"),
-                         "residual add"));
+      key,
+      CudaGraphExec(
+          capture_graph(
+              stream.get(),
+              [&] { launch_residual_add(total.get(), one.get(), rows, columns, stream.get()); },
+              "residual add"),
+          "residual add"));
   CHECK_FALSE(stream_is_capturing(stream.get()));
   CHECK(total.download() == std::vector<float>(count, 0.0f));  // nothing ran yet
 
@@ -67,10 +67,11 @@ TEST_CASE("the allocators refuse to allocate on a capturing stream", "[graphs]")
   for (const char* name : {"caching", "expandable"}) {
     INFO("allocator " << name);
     const std::unique_ptr<DeviceAllocator> allocator = make_device_allocator(name);
-    CHECK_THROWS_WITH(capture_graph(
-                          stream.get(), [&] { DeviceBuffer buffer(*allocator, 4096, stream.get()); },
-                          "allocation"),
-                      Contains("capturing a CUDA graph"));
+    CHECK_THROWS_WITH(
+        capture_graph(
+            stream.get(), [&] { DeviceBuffer buffer(*allocator, 4096, stream.get()); },
+            "allocation"),
+        Contains("capturing a CUDA graph"));
     // The failed capture was ended: the stream works again, and so does the allocator.
     CHECK_FALSE(stream_is_capturing(stream.get()));
     const DeviceBuffer after(*allocator, 4096, stream.get());
@@ -201,10 +202,10 @@ TEST_CASE("the loop-condition argmax refuses to run outside a capture", "[graphs
   const test::DeviceStream stream;
   LoopState loop(2, 4, 3, 0);
   const test::DeviceArray<float> logits(std::vector<float>(2 * 4, 0.0f));
-  CHECK_THROWS_AS(launch_argmax_step_in_graph_loop(logits.get(), loop.next_tokens.get(),
-                                                   loop.state(), loop.cursor.get(), 2, 4, 0,
-                                                   stream.get()),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      launch_argmax_step_in_graph_loop(logits.get(), loop.next_tokens.get(), loop.state(),
+                                       loop.cursor.get(), 2, 4, 0, stream.get()),
+      std::invalid_argument);
 }
 
 TEST_CASE("a step's logits land in the cursor's row of the history", "[graphs]") {
@@ -265,9 +266,8 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   const int prompt_length = 3;
   const int new_tokens = 12;
   const std::uint64_t seed = 5;
-  const PromptBatch prompts =
-      random_prompts(batch, prompt_length, weights.config.vocab_size, weights.config.eos_token_id,
-                     seed);
+  const PromptBatch prompts = random_prompts(batch, prompt_length, weights.config.vocab_size,
+                                             weights.config.eos_token_id, seed);
   // An EOS id the rows never emit within the limit, so that every chapter runs all
   // steps and none enqueues a speculative one.
   int eos = weights.config.vocab_size - 1;
@@ -275,10 +275,18 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
          reference::generate(weights, prompts.rows(), new_tokens, eos, false).steps != new_tokens)
     --eos;
   REQUIRE(eos > 0);
-  const std::vector<std::string> arguments = {
-      "--weights", testing::golden_model_directory(), "--batch", std::to_string(batch),
-      "--new-tokens", std::to_string(new_tokens), "--random-prompt-length",
-      std::to_string(prompt_length), "--seed", std::to_string(seed), "--eos", std::to_string(eos)};
+  const std::vector<std::string> arguments = {"--weights",
+                                              testing::golden_model_directory(),
+                                              "--batch",
+                                              std::to_string(batch),
+                                              "--new-tokens",
+                                              std::to_string(new_tokens),
+                                              "--random-prompt-length",
+                                              std::to_string(prompt_length),
+                                              "--seed",
+                                              std::to_string(seed),
+                                              "--eos",
+                                              std::to_string(eos)};
 
   const nlohmann::json interleaved = traced_configuration("06_stream_interleaving", arguments);
   const nlohmann::json graphs = traced_configuration("07_cuda_graphs", arguments);
@@ -297,8 +305,8 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   // replayed the captured graph instead of running two steps plainly again.
   CHECK(per_generation(device_loop, "graph_launches_per_step") == Approx(1));
   CHECK(per_generation(device_loop, "host_syncs_per_step") == Approx(1));
-  const double extra_kernels = per_generation(device_loop, "kernels_per_step") -
-                               per_generation(graphs, "kernels_per_step");
+  const double extra_kernels =
+      per_generation(device_loop, "kernels_per_step") - per_generation(graphs, "kernels_per_step");
   CHECK(extra_kernels >= -0.5);
   CHECK(extra_kernels < graphs.at("kernels_per_step").get<double>());
   CHECK(per_generation(graphs, "kernels_per_step") ==
