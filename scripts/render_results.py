@@ -585,8 +585,9 @@ def chapter_block(run, report, ladder, layout, results_name) -> str:
 PROFILE_STEP = re.compile(r"^batch (\d+), (\d+) new tokens: GPU busy ([0-9.]+) ms of ([0-9.]+) ms "
                           r"per step")
 PROFILE_KERNEL = re.compile(r"^\s+([0-9.]+) us/step\s+([0-9.]+) launches/step\s+(.+)$")
-# cuBLASLt's kernels: the products themselves and their split-K reductions.
-MATMUL_KERNEL = re.compile(r"gemm|cublasLt|cutlass", re.IGNORECASE)
+# The matrix products' kernels: cuBLASLt's (the products themselves and their split-K
+# reductions) and the decode matmuls (kernels/decode_matmul.cu).
+MATMUL_KERNEL = re.compile(r"gemm|cublasLt|cutlass|decode_matmul", re.IGNORECASE)
 
 
 @dataclass

@@ -14,7 +14,8 @@
 // becomes a LayerNorm of one input - and the LM head leaves, beside (or instead of) the
 // logits, each 64-column tile's best (value, index) per row, so the argmax reads 786
 // candidates per row instead of 50257 logits. --tf32 selects the TF32 tensor-core
-// kernels. The graph and its WHILE loop are chapter 08's.
+// kernels. The prefill's B x T rows take the same kernels, 64 rows at a time. The graph
+// and its WHILE loop are chapter 08's.
 //
 // Run:      build/native/chapters/09_decode_matmuls        (B = 32; N = 100, 200, 400)
 // Profile:  ncu --kernel-name regex:decode_matmul --metrics
