@@ -1,7 +1,7 @@
 // bench/host_overhead.cu - what each call of a decode step costs the HOST.
 //
-// A decode step at the seed's sizes is a hundred or more launches of kernels that run
-// for a few microseconds each. If the host needs longer to enqueue a call than the GPU
+// A decode step at the default workload's sizes is a hundred or more launches of kernels
+// that run for a few microseconds each. If the host needs longer to enqueue a call than the GPU
 // needs to run it, the GPU waits between kernels, whatever the kernels' speed: the
 // step is bound by the host's launch rate. This program times, on the host, the
 // enqueueing of every kind of call the chapters make, at GPT-2 small shapes (B = 32

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/run_ladder.sh - THE main job: builds the chapters, runs the whole ladder and the
-# seed's PyTorch variants on the SPEC's workload, and prints the comparison table.
+# PyTorch variants of scripts/pytorch_baseline.py on the same workload, and prints the
+# comparison table.
 #
 #   bash scripts/run_ladder.sh [RESULTS_DIR] [--quick] [--no-pytorch] [-- CHAPTER_FLAGS...]
 #
@@ -26,8 +27,8 @@
 #                  (run the job with --no-pytorch, then this, on the same machine)
 #   -- FLAGS...    passed to every chapter run (e.g. -- --warmup 2)
 # Environment: LADDER_RUNS (timed runs per chapter configuration, default 5; 3 with --quick),
-# LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the SPEC's PyTorch
-# anchors: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
+# LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the committed PyTorch
+# rows: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
 # LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g. "--precision
 # tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too).
 #

@@ -1,8 +1,8 @@
 // chapters/01_naive_decode/naive_decode.cpp - rung 01: naive decode.
 //
-// The seed's first loop, in C++. Every step runs the whole GPT-2 forward pass over
-// every token so far - B rows of T tokens, T growing by one per step - to predict a
-// single new token per row. The work per step grows with T and the total with N^2.
+// The plainest decode loop, in C++ (the PyTorch baseline's first variant). Every step
+// runs the whole GPT-2 forward pass over every token so far - B rows of T tokens, T
+// growing by one per step - to predict a single new token per row. The work per step grows with T and the total with N^2.
 // Every activation is taken from a caching allocator modelled on PyTorch's, so the
 // growing, short-lived buffers fragment its memory the way they do in PyTorch. After
 // every step the host reads the "all rows finished" flag with a blocking copy.
@@ -81,7 +81,7 @@ class Gpt2Decoder final : public Decoder {
       ++T;
       ++steps;
 
-      // The seed's stopping check: a blocking read of the flag after every step.
+      // The plain stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
       CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, greedy.all_finished(), sizeof(std::int32_t),
                                  cudaMemcpyDeviceToHost, stream));

@@ -86,7 +86,7 @@ class Gpt2Decoder final : public Decoder {
       logits.record(step_logits, B, config_.vocab_size, stream);
       ++steps;
 
-      // The seed's stopping check: a blocking read of the flag after every step.
+      // The plain stopping check: a blocking read of the flag after every step.
       std::int32_t every_row_finished = 0;
       CUDA_CHECK(cudaMemcpyAsync(&every_row_finished, greedy.all_finished(), sizeof(std::int32_t),
                                  cudaMemcpyDeviceToHost, stream));

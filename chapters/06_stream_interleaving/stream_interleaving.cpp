@@ -1,7 +1,7 @@
 // chapters/06_stream_interleaving/stream_interleaving.cpp - rung 06: two CUDA streams
 // in ping-pong, so that the host checks step i - 1's flag while the GPU runs step i.
 //
-// Chapter 05 still ends every step the seed's way: copy the "every row finished" flag
+// Chapter 05 still ends every step the plain way: copy the "every row finished" flag
 // to the host and wait for it. While the host wakes up, reads the flag and enqueues
 // the next step's first kernels, the GPU has nothing to do. Here the host enqueues
 // step i first and only then waits for step i - 1 and reads its flag: the GPU finds
