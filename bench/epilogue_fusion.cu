@@ -12,8 +12,8 @@
 //   cuBLASLt bias + GELU epilogue           chapter 05: one launch (c_fc only)
 // the last two under each SplitKReduction policy - cuBLASLt's choice (which at these
 // sizes splits the inner dimension and sums the slices in a second kernel), the slices
-// summed inside the kernel, and no split at all - and prints the microseconds per product. Weights and inputs are zero: the time of a
-// dense fp32 product does not depend on the values.
+// summed inside the kernel, and no split at all - and prints the microseconds per product. Weights
+// and inputs are zero: the time of a dense fp32 product does not depend on the values.
 //
 // Run:  build/current/bench/epilogue_fusion [--batch B]
 #include <cuda_runtime.h>

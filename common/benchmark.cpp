@@ -102,25 +102,24 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
   out << line;
   for (const BenchmarkRow& row : rows) {
     const bool memory = row.device_memory_measured;
-    std::snprintf(line, sizeof line,
-                  "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8s %7s | "
-                  "%10s %10s %5s | %6s %6.2f %7s %7s %7s %7s %7s %7s | %s\n",
-                  row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
-                  row.time.max, row.time.median, row.milliseconds_per_step(),
-                  row.tokens_per_second(),
-                  measured(row.floor_seconds >= 0, "%.2f", row.floor_seconds * 1e3).c_str(),
-                  measured(row.floor_seconds >= 0, "%.2f",
-                           row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0)
-                      .c_str(),
-                  memory ? short_bytes(row.memory.peak_allocated_bytes).c_str() : "-",
-                  memory ? short_bytes(row.memory.peak_reserved_bytes).c_str() : "-",
-                  measured(memory, "%.0f%%", 100.0 * row.memory.fragmentation()).c_str(),
-                  measured(memory, "%.1f", row.allocations_per_step).c_str(),
-                  row.host_syncs_per_step, traced(row.kernels_per_step).c_str(),
-                  traced(row.graph_launches_per_step).c_str(), traced(row.copies_per_step).c_str(),
-                  traced(row.host_seconds_per_step * 1e6).c_str(),
-                  traced(row.gpu_idle_per_step * 1e6).c_str(),
-                  traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
+    std::snprintf(
+        line, sizeof line,
+        "%5d %5d %5d | %8.4f %7.4f %8.4f %8.4f %8.4f | %7.3f %9.0f | %8s %7s | "
+        "%10s %10s %5s | %6s %6.2f %7s %7s %7s %7s %7s %7s | %s\n",
+        row.batch, row.new_tokens, row.steps, row.time.mean, row.time.std, row.time.min,
+        row.time.max, row.time.median, row.milliseconds_per_step(), row.tokens_per_second(),
+        measured(row.floor_seconds >= 0, "%.2f", row.floor_seconds * 1e3).c_str(),
+        measured(row.floor_seconds >= 0, "%.2f",
+                 row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0)
+            .c_str(),
+        memory ? short_bytes(row.memory.peak_allocated_bytes).c_str() : "-",
+        memory ? short_bytes(row.memory.peak_reserved_bytes).c_str() : "-",
+        measured(memory, "%.0f%%", 100.0 * row.memory.fragmentation()).c_str(),
+        measured(memory, "%.1f", row.allocations_per_step).c_str(), row.host_syncs_per_step,
+        traced(row.kernels_per_step).c_str(), traced(row.graph_launches_per_step).c_str(),
+        traced(row.copies_per_step).c_str(), traced(row.host_seconds_per_step * 1e6).c_str(),
+        traced(row.gpu_idle_per_step * 1e6).c_str(),
+        traced(row.gpu_idle_between_steps * 1e6).c_str(), row.token_hash.c_str());
     out << line;
   }
   for (const BenchmarkRow& row : rows) {

@@ -47,7 +47,7 @@ struct BenchmarkRow {
   /// memory and allocation columns print "-" (null in the JSON)
   bool device_memory_measured = true;
   double host_syncs_per_step = 0;
-  double kernels_per_step = 0;   ///< from one more, untimed run traced with CUPTI
+  double kernels_per_step = 0;         ///< from one more, untimed run traced with CUPTI
   double graph_launches_per_step = 0;  ///< cudaGraphLaunch calls per step, same run
   /// seconds per step the host spent inside CUDA calls that do not wait for the GPU
   /// (enqueueing work), same run; tracing makes every call slower

@@ -47,9 +47,9 @@ struct DecoderOptions {
 /// What one generate() call produced.
 struct GenerationOutput {
   int batch = 0;
-  int steps = 0;                     ///< new tokens per row actually generated
-  std::vector<std::int32_t> tokens;  ///< [batch, steps]
-  std::int64_t host_syncs = 0;       ///< times the host waited for the GPU inside the loop
+  int steps = 0;                       ///< new tokens per row actually generated
+  std::vector<std::int32_t> tokens;    ///< [batch, steps]
+  std::int64_t host_syncs = 0;         ///< times the host waited for the GPU inside the loop
   std::uint64_t loop_allocations = 0;  ///< allocator calls made inside the decode loop
   /// Steps enqueued on the GPU when that is more than `steps` (a pipelined decoder's
   /// speculative step past the stop, which ran but is not kept); 0: exactly `steps`.

@@ -23,26 +23,26 @@ enum ExitCode : int {
 
 /// What a chapter run was asked to do.
 struct RunOptions {
-  std::vector<int> batch_sizes{32};             ///< --batch 32 or --batch 1,8,32,64
+  std::vector<int> batch_sizes{32};                  ///< --batch 32 or --batch 1,8,32,64
   std::vector<int> new_token_counts{100, 200, 400};  ///< --new-tokens 100,200,400
-  int runs = 5;                                 ///< timed runs per configuration
-  int warmup_runs = 1;                          ///< runs before timing, excluded
-  std::uint64_t seed = 0;                       ///< seed of the random weights and prompts
-  std::string weights_directory;                ///< Hugging Face GPT-2 directory; empty = random
-  std::string config_file;                      ///< config.json for random weights of another size
-  std::string tokenizer_directory;              ///< vocab.json + merges.txt (default: weights dir)
-  std::string prompt_text;                      ///< one text prompt, repeated for every row
-  int random_prompt_length = 0;                 ///< > 0: per-row random token prompts
-  std::string prompt_file;                      ///< per-row prompts: token ids, one row per line
-  std::string forced_tokens_file;               ///< teacher forcing: ids fed instead of the argmax
-  std::optional<int> eos_token_id;              ///< overrides the config's EOS id
-  bool allow_tf32 = false;                      ///< TF32 tensor-core matmuls (PyTorch's 'high')
-  std::string json_output;                      ///< write results as JSON here
-  std::string tokens_output;                    ///< write the last run's tokens here
-  std::string logits_output;                    ///< write every step's logits here (for tests)
-  bool print_text = false;                      ///< decode and print row 0's text
-  bool quiet = false;                           ///< only the table
-  bool kernel_profile = false;                  ///< print the kernels that take the GPU's time
+  int runs = 5;                                      ///< timed runs per configuration
+  int warmup_runs = 1;                               ///< runs before timing, excluded
+  std::uint64_t seed = 0;                            ///< seed of the random weights and prompts
+  std::string weights_directory;    ///< Hugging Face GPT-2 directory; empty = random
+  std::string config_file;          ///< config.json for random weights of another size
+  std::string tokenizer_directory;  ///< vocab.json + merges.txt (default: weights dir)
+  std::string prompt_text;          ///< one text prompt, repeated for every row
+  int random_prompt_length = 0;     ///< > 0: per-row random token prompts
+  std::string prompt_file;          ///< per-row prompts: token ids, one row per line
+  std::string forced_tokens_file;   ///< teacher forcing: ids fed instead of the argmax
+  std::optional<int> eos_token_id;  ///< overrides the config's EOS id
+  bool allow_tf32 = false;          ///< TF32 tensor-core matmuls (PyTorch's 'high')
+  std::string json_output;          ///< write results as JSON here
+  std::string tokens_output;        ///< write the last run's tokens here
+  std::string logits_output;        ///< write every step's logits here (for tests)
+  bool print_text = false;          ///< decode and print row 0's text
+  bool quiet = false;               ///< only the table
+  bool kernel_profile = false;      ///< print the kernels that take the GPU's time
   bool help = false;
 };
 

@@ -32,7 +32,8 @@ class DeviceOutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
+                                   int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 [[noreturn]] void throw_driver_error(CUresult status, const char* call, const char* file, int line);
@@ -65,25 +66,25 @@ std::string format_bytes(double bytes);
 
 }  // namespace ladder
 
-#define CUDA_CHECK(call)                                                        \
-  do {                                                                          \
-    const cudaError_t ladder_status_ = (call);                                  \
-    if (ladder_status_ != cudaSuccess)                                          \
-      ::ladder::throw_cuda_error(ladder_status_, #call, __FILE__, __LINE__);    \
+#define CUDA_CHECK(call)                                                     \
+  do {                                                                       \
+    const cudaError_t ladder_status_ = (call);                               \
+    if (ladder_status_ != cudaSuccess)                                       \
+      ::ladder::throw_cuda_error(ladder_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                      \
-  do {                                                                          \
-    const cublasStatus_t ladder_status_ = (call);                               \
-    if (ladder_status_ != CUBLAS_STATUS_SUCCESS)                                \
-      ::ladder::throw_cublas_error(ladder_status_, #call, __FILE__, __LINE__);  \
+#define CUBLAS_CHECK(call)                                                     \
+  do {                                                                         \
+    const cublasStatus_t ladder_status_ = (call);                              \
+    if (ladder_status_ != CUBLAS_STATUS_SUCCESS)                               \
+      ::ladder::throw_cublas_error(ladder_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define CU_CHECK(call)                                                          \
-  do {                                                                          \
-    const CUresult ladder_status_ = (call);                                     \
-    if (ladder_status_ != CUDA_SUCCESS)                                         \
-      ::ladder::throw_driver_error(ladder_status_, #call, __FILE__, __LINE__);  \
+#define CU_CHECK(call)                                                         \
+  do {                                                                         \
+    const CUresult ladder_status_ = (call);                                    \
+    if (ladder_status_ != CUDA_SUCCESS)                                        \
+      ::ladder::throw_driver_error(ladder_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 namespace ladder {

@@ -47,9 +47,9 @@ ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals);
 double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
 
 struct GpuActivitySummary {
-  std::uint64_t kernels = 0;  ///< kernel launches that ran, those inside graphs included
+  std::uint64_t kernels = 0;         ///< kernel launches that ran, those inside graphs included
   std::uint64_t graph_launches = 0;  ///< cudaGraphLaunch calls (each runs many kernels)
-  std::uint64_t copies = 0;   ///< memcpy operations (any direction)
+  std::uint64_t copies = 0;          ///< memcpy operations (any direction)
   std::uint64_t memsets = 0;
   /// When the GPU was busy and idle: over all the work, and just before each kernel
   /// whose name contains the trace's step marker (the gap between two steps).

@@ -2,10 +2,11 @@
 //
 // The plainest decode loop, in C++ (the PyTorch baseline's first variant). Every step
 // runs the whole GPT-2 forward pass over every token so far - B rows of T tokens, T
-// growing by one per step - to predict a single new token per row. The work per step grows with T and the total with N^2.
-// Every activation is taken from a caching allocator modelled on PyTorch's, so the
-// growing, short-lived buffers fragment its memory the way they do in PyTorch. After
-// every step the host reads the "all rows finished" flag with a blocking copy.
+// growing by one per step - to predict a single new token per row. The work per step
+// grows with T and the total with N^2. Every activation is taken from a caching
+// allocator modelled on PyTorch's, so the growing, short-lived buffers fragment its
+// memory the way they do in PyTorch. After every step the host reads the "all rows
+// finished" flag with a blocking copy.
 //
 // Run:      build/current/chapters/01_naive_decode              (B = 32; N = 100, 200, 400)
 // Profile:  nsys profile -t cuda,nvtx build/current/chapters/01_naive_decode --new-tokens 20

@@ -46,8 +46,7 @@ TEST_CASE("a batch of more ids than an int counts is refused before anything is 
                   std::invalid_argument);
 }
 
-TEST_CASE("token rows round-trip through the file format and cycle to fill a batch",
-          "[prompts]") {
+TEST_CASE("token rows round-trip through the file format and cycle to fill a batch", "[prompts]") {
   const std::string directory = ladder::testing::make_temporary_directory("ladder-prompts");
   const std::string path = directory + "/rows.txt";
   const std::vector<std::int32_t> tokens{1, 2, 3, 4, 5, 6};

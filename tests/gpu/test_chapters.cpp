@@ -44,11 +44,11 @@ void check_against_reference(const ChapterOutput& output, const reference::Gener
   double worst = 0.0;
   for (int step = 0; step < output.steps; ++step) {
     for (int row = 0; row < output.batch; ++row) {
-      const std::size_t offset =
-          (static_cast<std::size_t>(step) * output.batch + row) * static_cast<std::size_t>(vocab_size);
-      const double error = reference::relative_error(output.logits.data() + offset,
-                                                     expected.logits.data() + offset,
-                                                     static_cast<std::size_t>(vocab_size));
+      const std::size_t offset = (static_cast<std::size_t>(step) * output.batch + row) *
+                                 static_cast<std::size_t>(vocab_size);
+      const double error =
+          reference::relative_error(output.logits.data() + offset, expected.logits.data() + offset,
+                                    static_cast<std::size_t>(vocab_size));
       worst = std::max(worst, error);
       if (error > kLogitsTolerance) {
         FAIL_CHECK("step " << step << ", row " << row << ": logits relative error " << error);
@@ -131,18 +131,18 @@ TEST_CASE("golden model, random prompts of several lengths and batches", "[chapt
     int batch, prompt_length, new_tokens;
     std::uint64_t seed;
   };
-  for (const Case& c : {Case{1, 1, 40, 3}, Case{3, 5, 33, 4}, Case{32, 9, 64, 5},
-                        Case{37, 17, 100, 6}}) {
+  for (const Case& c :
+       {Case{1, 1, 40, 3}, Case{3, 5, 33, 4}, Case{32, 9, 64, 5}, Case{37, 17, 100, 6}}) {
     INFO("batch " << c.batch << ", prompt length " << c.prompt_length);
-    const ladder::PromptBatch prompts = ladder::random_prompts(
-        c.batch, c.prompt_length, weights.config.vocab_size, eos, c.seed);
+    const ladder::PromptBatch prompts =
+        ladder::random_prompts(c.batch, c.prompt_length, weights.config.vocab_size, eos, c.seed);
     const reference::Generation expected =
         reference::generate(weights, prompts.rows(), c.new_tokens, eos, true);
-    check_every_chapter({"--weights", ladder::testing::golden_model_directory(), "--batch",
-                         std::to_string(c.batch), "--new-tokens", std::to_string(c.new_tokens),
-                         "--random-prompt-length", std::to_string(c.prompt_length), "--seed",
-                         std::to_string(c.seed)},
-                        expected, weights.config.vocab_size);
+    check_every_chapter(
+        {"--weights", ladder::testing::golden_model_directory(), "--batch", std::to_string(c.batch),
+         "--new-tokens", std::to_string(c.new_tokens), "--random-prompt-length",
+         std::to_string(c.prompt_length), "--seed", std::to_string(c.seed)},
+        expected, weights.config.vocab_size);
   }
 }
 
@@ -202,8 +202,8 @@ void check_teacher_forced(const std::vector<std::string>& model_arguments,
     for (int step = 0; step < steps; ++step) {
       for (int row = 0; row < batch; ++row) {
         const std::vector<float> expected = expected_logits(row, step);
-        const float* actual = output.logits.data() +
-                              (static_cast<std::size_t>(step) * batch + row) * vocab_size;
+        const float* actual =
+            output.logits.data() + (static_cast<std::size_t>(step) * batch + row) * vocab_size;
         worst = std::max(worst, reference::relative_error(actual, expected.data(),
                                                           static_cast<std::size_t>(vocab_size)));
       }
@@ -221,11 +221,11 @@ TEST_CASE("teacher-forced logits at every position equal Hugging Face's (golden 
   const nlohmann::json golden = ladder::testing::load_golden_json("teacher_forced.json");
   const auto sequences = golden.at("tokens").get<TokenRows>();
   const auto hf_logits = golden.at("logits").get<std::vector<std::vector<std::vector<float>>>>();
-  check_teacher_forced({"--weights", ladder::testing::golden_model_directory()}, sequences,
-                       weights.config.vocab_size, [&](int row, int position) {
-                         return hf_logits.at(static_cast<std::size_t>(row))
-                             .at(static_cast<std::size_t>(position));
-                       });
+  check_teacher_forced(
+      {"--weights", ladder::testing::golden_model_directory()}, sequences,
+      weights.config.vocab_size, [&](int row, int position) {
+        return hf_logits.at(static_cast<std::size_t>(row)).at(static_cast<std::size_t>(position));
+      });
 }
 
 TEST_CASE("teacher-forced logits at every position equal the reference (GPT-2 small)",

@@ -292,8 +292,7 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   const nlohmann::json graphs = traced_configuration("07_cuda_graphs", arguments);
   const nlohmann::json device_loop = traced_configuration("08_device_loop", arguments);
   const nlohmann::json decode_matmuls = traced_configuration("09_decode_matmuls", arguments);
-  for (const nlohmann::json* configuration :
-       {&interleaved, &graphs, &device_loop, &decode_matmuls})
+  for (const nlohmann::json* configuration : {&interleaved, &graphs, &device_loop, &decode_matmuls})
     REQUIRE(configuration->at("steps").get<int>() == new_tokens);
 
   CHECK(per_generation(interleaved, "graph_launches_per_step") == 0);

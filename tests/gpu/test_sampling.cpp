@@ -165,8 +165,8 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
   StepBuffers buffers(B, V, max_steps, eos_id);
   buffers.output_tokens.poison();
   // Row 1 is forced to EOS at step 2; the argmax winners are never the forced tokens.
-  const std::vector<std::int32_t> forced = {1, 2,  3,      4, 5,   //
-                                            6, 7,  eos_id, 8, 10,  //
+  const std::vector<std::int32_t> forced = {1, 2,  3,      4,  5,   //
+                                            6, 7,  eos_id, 8,  10,  //
                                             0, 11, 12,     13, 14};
   const test::DeviceArray<std::int32_t> forced_device(forced);
   for (int step = 0; step < 3; ++step) {
@@ -177,9 +177,9 @@ TEST_CASE("launch_argmax_step feeds forced tokens and keeps the EOS bookkeeping"
   }
   CHECK(buffers.finished.download() == std::vector<std::int32_t>{0, 1, 0});
   CHECK(buffers.all_finished.download() == std::vector<std::int32_t>{0});
-  CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{1, 2,  3,      -1, -1,  //
-                                                                      6, 7,  eos_id, -1, -1,  //
-                                                                      0, 11, 12,     -1, -1});
+  CHECK(buffers.output_tokens.download() == std::vector<std::int32_t>{1, 2, 3, -1, -1,       //
+                                                                      6, 7, eos_id, -1, -1,  //
+                                                                      0, 11, 12, -1, -1});
 }
 
 TEST_CASE("launch_argmax_step with a device cursor reads the step and advances it", "[kernels]") {
