@@ -80,6 +80,21 @@ __global__ void __launch_bounds__(kStaticThreads, 2)
 
 // ---------------------------------------------------------------- fused (flash-decoding)
 
+/// Where the fused kernel reads row b's position, and what a row whose position lies
+/// outside [0, capacity) outputs: one position for every row, from the device cursor
+/// (a batch that moves in step; out of range gives NaN), or one per row (serving rows at
+/// their own lengths; a negative position marks an idle row, whose output is 0).
+struct CursorPosition {
+  const DecodePosition* cursor;
+  __device__ int of(int) const { return cursor->position; }
+  __device__ static float out_of_range_output() { return NAN; }
+};
+struct RowPositions {
+  const int* positions;
+  __device__ int of(int b) const { return positions[b]; }
+  __device__ static float out_of_range_output() { return 0.0f; }
+};
+
 /// The workspace of the fused kernel, carved from the caller's buffer: per (b, h),
 /// an arrival counter and the partial state of each split.
 struct SplitWorkspace {
@@ -89,7 +104,7 @@ struct SplitWorkspace {
   float* partial_values;  ///< [B * H, splits, D]
 };
 
-// Math:   p = cursor->position, L = p + 1; keys[b, h, p] = k_b, values[b, h, p] = v_b;
+// Math:   p = row_position.of(b) (cursor->position, or positions[b]), L = p + 1; keys[b, h, p] = k_b, values[b, h, p] = v_b;
 //         out[b, h*D + d] = sum_{s < L} softmax_s(q_b . k_s / sqrt(D)) v_s[d], where q_b,
 //         k_b, v_b are the head-h slices of qkv row b and k_p, v_p are k_b, v_b.
 // Shapes: qkv [B, 3C], keys, values [B, H, capacity, D], out [B, C]; D % kWidth == 0,
@@ -111,10 +126,10 @@ struct SplitWorkspace {
 //         architecture built (D = 128 spills 12 bytes on sm_90); left to itself ptxas
 //         spilled some instantiations on sm_80.)
 // Promises (kWidth = 4): LDG.E.128
-template <int kWidth, int kDims>
+template <int kWidth, int kDims, typename PositionSource>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
-                                  const DecodePosition* cursor, int capacity, float* out,
+                                  PositionSource row_position, int capacity, float* out,
                                   SplitWorkspace workspace, int splits, int H, int C) {
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kFusedWarps> warp_states;
@@ -130,10 +145,11 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
   const int D = C / H;
   float* out_row = out + static_cast<std::size_t>(b) * C + h * D;
 
-  const int position = cursor->position;
-  if (position < 0 || position >= capacity) {  // the same for the whole grid
+  const int position = row_position.of(b);
+  if (position < 0 || position >= capacity) {  // the same for every block of row b
     if (split == 0)
-      for (int d = threadIdx.x; d < D; d += blockDim.x) out_row[d] = NAN;
+      for (int d = threadIdx.x; d < D; d += blockDim.x)
+        out_row[d] = PositionSource::out_of_range_output();
     return;
   }
   const int length = position + 1;
@@ -300,20 +316,24 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
   return workspace_layout(B, H, C, capacity).total;
 }
 
-void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
-                                   const DecodePosition* cursor, int capacity, float* out,
-                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
-  constexpr const char* kName = "launch_fused_decode_attention";
-  launch_checks::require_not_null(kName, {{"qkv", qkv},
-                                          {"keys", keys},
-                                          {"values", values},
-                                          {"cursor", cursor},
-                                          {"out", out},
-                                          {"workspace", workspace}});
-  launch_checks::require(launch_checks::is_16_byte_aligned(workspace), kName,
+namespace {
+
+/// The fused kernel for either position source: checks, workspace carving, grid.
+template <typename PositionSource>
+void launch_fused_attention_kernel(const char* name, const float* qkv, float* keys, float* values,
+                                   PositionSource row_position, const char* position_name,
+                                   const void* position_pointer, int capacity, float* out, void* workspace, int B, int H, int C,
+                                   cudaStream_t stream) {
+  launch_checks::require_not_null(name, {{"qkv", qkv},
+                                         {"keys", keys},
+                                         {"values", values},
+                                         {position_name, position_pointer},
+                                         {"out", out},
+                                         {"workspace", workspace}});
+  launch_checks::require(launch_checks::is_16_byte_aligned(workspace), name,
                          "workspace must be 16-byte aligned");
-  launch_checks::require_positive(kName, "capacity", capacity);
-  check_attention_head_size(kName, B, H, C);
+  launch_checks::require_positive(name, "capacity", capacity);
+  check_attention_head_size(name, B, H, C);
 
   const long long heads = static_cast<long long>(B) * H;
   const int splits = splits_for(capacity);
@@ -329,11 +349,30 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
   const bool packed =
       cache_rows_are_packed(C / H, keys, values) && launch_checks::is_16_byte_aligned(qkv);
   with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
-    fused_decode_attention_kernel<decltype(width)::value, decltype(dims)::value>
-        <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, cursor, capacity, out,
+    fused_decode_attention_kernel<decltype(width)::value, decltype(dims)::value, PositionSource>
+        <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
                                              split_workspace, splits, H, C);
   });
   CUDA_CHECK_LAUNCH(stream);
+}
+
+}  // namespace
+
+void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
+                                   const DecodePosition* cursor, int capacity, float* out,
+                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
+  launch_fused_attention_kernel("launch_fused_decode_attention", qkv, keys, values,
+                                CursorPosition{cursor}, "cursor", cursor, capacity, out, workspace, B, H, C,
+                                stream);
+}
+
+void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
+                                           const std::int32_t* positions, int capacity, float* out,
+                                           void* workspace, int B, int H, int C,
+                                           cudaStream_t stream) {
+  launch_fused_attention_kernel("launch_fused_decode_attention_per_row", qkv, keys, values,
+                                RowPositions{positions}, "positions", positions, capacity, out, workspace, B,
+                                H, C, stream);
 }
 
 }  // namespace ladder

@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/decode_position.cuh"
 
@@ -84,5 +85,18 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
 void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream);
+
+/// The fused kernel with a position per row, for rows that are not one batch moving in
+/// step (the slots of a server, each holding a request of its own length): row b
+/// appends at p_b = positions[b] and attends over positions 0 .. p_b of its own cache
+/// rows, exactly as launch_fused_decode_attention does for p = p_b. A row whose
+/// position lies outside [0, capacity) is idle: its output is 0 and it writes no cache
+/// entry (a negative position is how a caller marks a slot that takes no part in the
+/// step). positions [B] int32 on the device; the same workspace rules.
+/// Throws std::invalid_argument as launch_fused_decode_attention.
+void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
+                                           const std::int32_t* positions, int capacity, float* out,
+                                           void* workspace, int B, int H, int C,
+                                           cudaStream_t stream);
 
 }  // namespace ladder

@@ -32,9 +32,8 @@ constexpr int kAllFinishedThreads = 256;
 //         finished[b] = (finished[b] != 0 || token == eos_id).
 // Shapes: values, indices [B, V] (V candidates per row); next_tokens, finished [B];
 //         output_tokens [B, max_steps].
-// Grid:   one block of kArgmaxThreads per row b = blockIdx.x. Thread i scans columns
-//         i, i + kArgmaxThreads, ... (coalesced), each warp reduces its lanes by
-//         shuffles, and warp 0 reduces the per-warp winners from shared memory.
+// Grid:   one block of kArgmaxThreads per row b = blockIdx.x, reducing the row as
+//         block_argmax (argmax_order.cuh) does; thread 0 writes.
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_step_kernel(const float* values, const std::int32_t* indices,
                        const std::int32_t* forced_tokens, int V, std::int32_t* next_tokens,
@@ -44,23 +43,11 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   const int b = blockIdx.x;
   const int step = cursor != nullptr ? cursor->step : host_step;
   if (step < 0 || step >= max_steps) return;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const float* row = values + static_cast<std::size_t>(b) * V;
   const std::int32_t* row_indices =
       indices != nullptr ? indices + static_cast<std::size_t>(b) * V : nullptr;
-
-  Candidate best = no_candidate();
-  for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
-    const Candidate current{row[v], row_indices != nullptr ? row_indices[v] : v};
-    if (beats(current, best)) best = current;
-  }
-  best = warp_argmax(best);
-  if (lane == 0) warp_winners[warp] = best;
-  __syncthreads();
-  if (warp != 0) return;
-  best = warp_argmax(warp_winners[lane]);  // kArgmaxWarps == kWarpSize: one winner per lane
-  if (lane == 0) {
+  const Candidate best = block_argmax<kArgmaxThreads>(values + static_cast<std::size_t>(b) * V,
+                                                      row_indices, V, warp_winners);
+  if (threadIdx.x == 0) {
     const int token = forced_tokens != nullptr
                           ? forced_tokens[static_cast<std::size_t>(b) * max_steps + step]
                           : best.index;
@@ -69,7 +56,23 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     finished[b] = (finished[b] != 0 || token == eos_id) ? 1 : 0;
   }
 }
-static_assert(kArgmaxWarps == kWarpSize, "the last stage reduces one winner per lane of one warp");
+
+// Math:   for row r with slot = row_slots[r] >= 0: tokens_by_slot[slot] = the winner among
+//         row r's candidates (values[r, v], indices[r, v]); rows with slot < 0 write nothing.
+// Shapes: values, indices [rows, count]; row_slots [rows]; tokens_by_slot [max slot + 1].
+// Grid:   one block of kArgmaxThreads per row r = blockIdx.x (block_argmax); thread 0 writes.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_into_slots_kernel(const float* values, const std::int32_t* indices, int count,
+                             const std::int32_t* row_slots, std::int32_t* tokens_by_slot) {
+  __shared__ Candidate warp_winners[kArgmaxWarps];
+  const int r = blockIdx.x;
+  const int slot = row_slots[r];
+  if (slot < 0) return;  // the same for the whole block
+  const std::size_t offset = static_cast<std::size_t>(r) * count;
+  const Candidate best =
+      block_argmax<kArgmaxThreads>(values + offset, indices + offset, count, warp_winners);
+  if (threadIdx.x == 0) tokens_by_slot[slot] = best.index;
+}
 
 // Math:   all_finished[0] = 1 if finished[b] != 0 for every b < B, else 0; then, for
 //         a device cursor, cursor->step += 1 and cursor->position += 1. With
@@ -213,6 +216,19 @@ void launch_store_step_logits(const float* logits, float* history, const DecodeP
   constexpr int kThreads = 256;
   store_step_logits_kernel<<<launch_checks::grid_stride_blocks(count, kThreads), kThreads, 0,
                              stream>>>(logits, history, cursor, count, max_steps);
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+void launch_argmax_into_slots(const ArgmaxCandidates& candidates, const std::int32_t* row_slots,
+                              std::int32_t* tokens_by_slot, int rows, cudaStream_t stream) {
+  constexpr const char* kName = "launch_argmax_into_slots";
+  launch_checks::require_not_null(kName, {{"candidates.values", candidates.values},
+                                          {"candidates.indices", candidates.indices},
+                                          {"row_slots", row_slots},
+                                          {"tokens_by_slot", tokens_by_slot}});
+  launch_checks::require_positive(kName, {{"rows", rows}, {"count", candidates.count}});
+  argmax_into_slots_kernel<<<static_cast<unsigned int>(rows), kArgmaxThreads, 0, stream>>>(
+      candidates.values, candidates.indices, candidates.count, row_slots, tokens_by_slot);
   CUDA_CHECK_LAUNCH(stream);
 }
 

@@ -89,4 +89,17 @@ void launch_argmax_step_from_candidates_in_graph_loop(
     const ArgmaxCandidates& candidates, std::int32_t* next_tokens, const GreedyState& state,
     DecodePosition* cursor, int B, cudaGraphConditionalHandle loop_condition, cudaStream_t stream);
 
+/// Greedy tokens of rows that serve slots (continuous batching: a step's rows belong to
+/// requests in different slots, and some slots sit the step out): for every row r < rows
+/// whose slot = row_slots[r] is >= 0,
+///   tokens_by_slot[slot] = the argmax of row r's candidates (the order of
+///                          launch_argmax_step: ties to the smallest index, NaN largest);
+/// a row with row_slots[r] < 0 writes nothing, so its slot keeps its token. No other
+/// bookkeeping: which request a slot holds, and when it stops, is the host's.
+/// row_slots [rows] int32 on the device, no slot twice; tokens_by_slot as large as the
+/// largest slot + 1. One block per row. Throws std::invalid_argument on a null pointer,
+/// rows <= 0 or count <= 0.
+void launch_argmax_into_slots(const ArgmaxCandidates& candidates, const std::int32_t* row_slots,
+                              std::int32_t* tokens_by_slot, int rows, cudaStream_t stream);
+
 }  // namespace ladder

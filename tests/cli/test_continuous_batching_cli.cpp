@@ -1,0 +1,87 @@
+// tests/cli/test_continuous_batching_cli.cpp - chapter 11 refuses bad input with one
+// clear line and the documented exit code, before it touches a GPU: a malformed trace
+// file, a request longer than the context, more slots than the KV-cache budget holds, and
+// the batch flags of chapters 00-10, which it does not take. Every case runs with
+// CUDA_VISIBLE_DEVICES=-1: were the input accepted, the chapter would say "no CUDA device".
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/chapter_process.hpp"
+
+namespace {
+
+using ladder::testing::make_temporary_directory;
+using ladder::testing::run_chapter_process;
+using ladder::testing::test_data_path;
+
+const std::string kChapter = "11_continuous_batching";
+const std::string kNoGpu = "CUDA_VISIBLE_DEVICES=-1";
+
+void write_file(const std::string& path, const std::string& contents) {
+  std::ofstream file(path, std::ios::binary);
+  file << contents;
+}
+
+void expect_refusal(const std::vector<std::string>& arguments, int exit_code,
+                    const std::string& message_part) {
+  const auto result = run_chapter_process(kChapter, arguments, kNoGpu);
+  INFO("printed: " << result.output);
+  CHECK(result.exit_code == exit_code);
+  CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
+  CHECK(result.output.find("error: ") != std::string::npos);
+  CHECK(result.output.find(message_part) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("chapter 11 prints its usage and exit codes", "[cli][batching]") {
+  const auto result = run_chapter_process(kChapter, {"--help"});
+  INFO("printed: " << result.output);
+  CHECK(result.exit_code == 0);
+  CHECK(result.output.find("--trace") != std::string::npos);
+  CHECK(result.output.find("\nexit codes\n") != std::string::npos);
+}
+
+TEST_CASE("chapter 11 refuses a malformed trace file, naming the line", "[cli][batching]") {
+  const std::string directory = make_temporary_directory("ladder-cli-trace");
+  expect_refusal({"--trace", directory + "/missing.txt"}, 1, "missing.txt");
+  write_file(directory + "/header.txt", "not a trace\n0 5 1 2\n");
+  expect_refusal({"--trace", directory + "/header.txt"}, 1, "header.txt:1");
+  write_file(directory + "/word.txt", "decode-ladder trace 1\n0 5 1 2\n0 5 1 two\n");
+  expect_refusal({"--trace", directory + "/word.txt"}, 1, "word.txt:3");
+  write_file(directory + "/order.txt", "decode-ladder trace 1\n5 5 1 2\n1 5 1 2\n");
+  expect_refusal({"--trace", directory + "/order.txt"}, 1, "order.txt:3");
+  write_file(directory + "/empty.txt", "decode-ladder trace 1\n# nothing\n");
+  expect_refusal({"--trace", directory + "/empty.txt"}, 1, "empty.txt");
+}
+
+TEST_CASE("chapter 11 refuses a request longer than the context", "[cli][batching]") {
+  const std::string directory = make_temporary_directory("ladder-cli-trace");
+  // GPT-2 small: 1024 positions; 3 prompt tokens + 1100 new need 1102.
+  write_file(directory + "/long.txt", "decode-ladder trace 1\n0 4 1 2\n0 1100 1 2 3\n");
+  expect_refusal({"--trace", directory + "/long.txt"}, 1, "long.txt:3");
+  // The golden model's 128 positions.
+  write_file(directory + "/small.txt", "decode-ladder trace 1\n0 120 1 2 3 4 5 6 7 8 9 10\n");
+  expect_refusal({"--weights", test_data_path("golden_model"), "--trace", directory + "/small.txt"},
+                 1, "context");
+}
+
+TEST_CASE("chapter 11 refuses more slots than the KV-cache budget holds", "[cli][batching]") {
+  // The default trace needs 313 positions a slot: 0.69 GiB for 32 slots of GPT-2 small.
+  expect_refusal({"--kv-cache-budget-gib", "0.1"}, 2, "ask for at most 4 slots");
+  expect_refusal({"--slots", "0"}, 2, "--slots");
+}
+
+TEST_CASE("chapter 11 refuses the batch flags of the other chapters", "[cli][batching]") {
+  expect_refusal({"--batch", "32"}, 2, "serves a trace");
+  expect_refusal({"--new-tokens", "100"}, 2, "serves a trace");
+  expect_refusal({"--requests", "0"}, 2, "--requests");
+}
+
+TEST_CASE("chapter 11 without a visible CUDA device says so in one line", "[cli][batching]") {
+  expect_refusal({"--requests", "4"}, 3, "no CUDA device");
+}
