@@ -84,6 +84,9 @@ constexpr const char* kUsage =
     "  --trace-seed X        generated trace: its seed (default 0)\n"
     "  --rate R              generated trace: Poisson arrivals, R requests/s (default 0: all\n"
     "                        at time 0)\n"
+    "  --prompt-lengths A-B  generated trace: prompt lengths uniform in [A, B] (default 4-64)\n"
+    "  --output-limits A-B   generated trace: limits uniform in [A, B] new tokens (default\n"
+    "                        16-256)\n"
     "  --slots S             KV-cache slots, rows of the decode step (default 32)\n"
     "  --kv-cache-budget-gib G  refuse more slots than fit in G GiB (default: the device's\n"
     "                        free memory)\n"
@@ -140,6 +143,23 @@ std::string text_after(int argc, char** argv, int& i) {
   return argv[++i];
 }
 
+/// The range "A-B" after flag argv[i]: whole numbers 1 <= A <= B <= 1e6.
+void range_after(int argc, char** argv, int& i, int& low, int& high) {
+  const std::string flag = argv[i];
+  const std::string text = text_after(argc, argv, i);
+  char* end = nullptr;
+  const long first = std::strtol(text.c_str(), &end, 10);
+  const bool dash = end != text.c_str() && *end == '-';
+  char* last_end = nullptr;
+  const long last = dash ? std::strtol(end + 1, &last_end, 10) : 0;
+  if (!dash || last_end == end + 1 || *last_end != '\0' || first < 1 || last < first ||
+      last > 1000000)
+    throw std::invalid_argument(flag + ": '" + text + "' is not a range A-B of whole numbers, " +
+                                "1 <= A <= B");
+  low = static_cast<int>(first);
+  high = static_cast<int>(last);
+}
+
 ServingOptions parse_serving_options(int argc, char** argv) {
   ServingOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -154,6 +174,10 @@ ServingOptions parse_serving_options(int argc, char** argv) {
       options.trace.seed = static_cast<std::uint64_t>(number_after(argc, argv, i, 0, 9e15, true));
     } else if (flag == "--rate") {
       options.trace.arrivals_per_second = number_after(argc, argv, i, 0, 1e9, false);
+    } else if (flag == "--prompt-lengths") {
+      range_after(argc, argv, i, options.trace.min_prompt_length, options.trace.max_prompt_length);
+    } else if (flag == "--output-limits") {
+      range_after(argc, argv, i, options.trace.min_new_tokens, options.trace.max_new_tokens);
     } else if (flag == "--slots") {
       options.slots = static_cast<int>(number_after(argc, argv, i, 1, 4096, true));
     } else if (flag == "--kv-cache-budget-gib") {

@@ -68,6 +68,9 @@ TEST_CASE("chapter 11 refuses a request longer than the context", "[cli][batchin
   write_file(directory + "/small.txt", "decode-ladder trace 1\n0 120 1 2 3 4 5 6 7 8 9 10\n");
   expect_refusal({"--weights", test_data_path("golden_model"), "--trace", directory + "/small.txt"},
                  1, "context");
+  // A generated trace too long for the golden model's context: refused as a bad command line.
+  expect_refusal({"--weights", test_data_path("golden_model"), "--prompt-lengths", "4-64"}, 2,
+                 "context");
 }
 
 TEST_CASE("chapter 11 refuses more slots than the KV-cache budget holds", "[cli][batching]") {
@@ -80,6 +83,8 @@ TEST_CASE("chapter 11 refuses the batch flags of the other chapters", "[cli][bat
   expect_refusal({"--batch", "32"}, 2, "serves a trace");
   expect_refusal({"--new-tokens", "100"}, 2, "serves a trace");
   expect_refusal({"--requests", "0"}, 2, "--requests");
+  expect_refusal({"--prompt-lengths", "9-3"}, 2, "--prompt-lengths");
+  expect_refusal({"--output-limits", "16"}, 2, "--output-limits");
 }
 
 TEST_CASE("chapter 11 without a visible CUDA device says so in one line", "[cli][batching]") {
