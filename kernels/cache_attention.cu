@@ -14,6 +14,7 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_check.hpp"
 #include "kernels/attention.cuh"
@@ -104,7 +105,8 @@ struct SplitWorkspace {
   float* partial_values;  ///< [B * H, splits, D]
 };
 
-// Math:   p = row_position.of(b) (cursor->position, or positions[b]), L = p + 1; keys[b, h, p] = k_b, values[b, h, p] = v_b;
+// Math:   p = row_position.of(b) (cursor->position, or positions[b]), L = p + 1;
+//         keys[b, h, p] = k_b, values[b, h, p] = v_b;
 //         out[b, h*D + d] = sum_{s < L} softmax_s(q_b . k_s / sqrt(D)) v_s[d], where q_b,
 //         k_b, v_b are the head-h slices of qkv row b and k_p, v_p are k_b, v_b.
 // Shapes: qkv [B, 3C], keys, values [B, H, capacity, D], out [B, C]; D % kWidth == 0,
@@ -125,12 +127,13 @@ struct SplitWorkspace {
 //         a whole key row in flight per lane without spilling for D <= 96 on every
 //         architecture built (D = 128 spills 12 bytes on sm_90); left to itself ptxas
 //         spilled some instantiations on sm_80.)
-// Promises (kWidth = 4): LDG.E.128
+// The body of both fused kernels below, which differ only in where a row's position
+// comes from (and keep their names, so profiles of either stay comparable over time).
 template <int kWidth, int kDims, typename PositionSource>
-__global__ void __launch_bounds__(kFusedThreads, 5)
-    fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
-                                  PositionSource row_position, int capacity, float* out,
-                                  SplitWorkspace workspace, int splits, int H, int C) {
+__device__ __forceinline__ void fused_decode_attention(const float* qkv, float* keys, float* values,
+                                                       PositionSource row_position, int capacity,
+                                                       float* out, SplitWorkspace workspace,
+                                                       int splits, int H, int C) {
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kFusedWarps> warp_states;
   __shared__ bool merges_splits;
@@ -255,6 +258,29 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
   if (threadIdx.x == 0) workspace.arrivals[head] = 0;  // ready for the next launch
 }
 
+// The batch's kernel: every row at the cursor's position.
+// Promises (kWidth = 4): LDG.E.128
+template <int kWidth, int kDims>
+__global__ void __launch_bounds__(kFusedThreads, 5)
+    fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
+                                  CursorPosition cursor, int capacity, float* out,
+                                  SplitWorkspace workspace, int splits, int H, int C) {
+  fused_decode_attention<kWidth, kDims>(qkv, keys, values, cursor, capacity, out, workspace,
+                                        splits, H, C);
+}
+
+// The serving slots' kernel: row b at positions[b], idle (output 0, no write) outside
+// [0, capacity).
+// Promises (kWidth = 4): LDG.E.128
+template <int kWidth, int kDims>
+__global__ void __launch_bounds__(kFusedThreads, 5)
+    fused_decode_attention_per_row_kernel(const float* qkv, float* keys, float* values,
+                                          RowPositions positions, int capacity, float* out,
+                                          SplitWorkspace workspace, int splits, int H, int C) {
+  fused_decode_attention<kWidth, kDims>(qkv, keys, values, positions, capacity, out, workspace,
+                                        splits, H, C);
+}
+
 // ---------------------------------------------------------------- host side
 
 /// Blocks per (b, h) for this capacity: one per kPositionsPerBlock positions, at most
@@ -349,9 +375,14 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
   const bool packed =
       cache_rows_are_packed(C / H, keys, values) && launch_checks::is_16_byte_aligned(qkv);
   with_width_and_dims(packed, C / H, [&](auto width, auto dims) {
-    fused_decode_attention_kernel<decltype(width)::value, decltype(dims)::value, PositionSource>
-        <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
-                                             split_workspace, splits, H, C);
+    constexpr int kWidth = decltype(width)::value;
+    constexpr int kDims = decltype(dims)::value;
+    if constexpr (std::is_same_v<PositionSource, CursorPosition>)
+      fused_decode_attention_kernel<kWidth, kDims><<<grid, kFusedThreads, 0, stream>>>(
+          qkv, keys, values, row_position, capacity, out, split_workspace, splits, H, C);
+    else
+      fused_decode_attention_per_row_kernel<kWidth, kDims><<<grid, kFusedThreads, 0, stream>>>(
+          qkv, keys, values, row_position, capacity, out, split_workspace, splits, H, C);
   });
   CUDA_CHECK_LAUNCH(stream);
 }

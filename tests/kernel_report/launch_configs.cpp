@@ -226,6 +226,14 @@ void record_all() {
     ladder::launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, y, workspace, B, H,
                                           C, kStream);
   });
+  // Continuous batching's decode step: a position per row, each row's token into its slot.
+  record("decode", "launch_fused_decode_attention_per_row", [&] {
+    ladder::launch_fused_decode_attention_per_row(qkv, keys, values, positions, kCapacity, y,
+                                                  workspace, B, H, C, kStream);
+  });
+  record("decode", "launch_argmax_into_slots", [&] {
+    ladder::launch_argmax_into_slots({logits, tokens, V}, positions, tokens, B, kStream);
+  });
   // The bf16 step's kernels (the same shapes, bf16 tensors).
   record("decode", "launch_embedding_at_cursor_bf16", [&] {
     ladder::launch_embedding_at_cursor_bf16(tokens, cursor, bf16_weight, bf16_bias, bf16_y, B, C,
