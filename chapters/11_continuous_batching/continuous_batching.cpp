@@ -211,7 +211,8 @@ ServingOptions parse_serving_options(int argc, char** argv) {
 /// Everything decided before the GPU is touched, so bad input is refused on any machine.
 struct ServingPlan {
   ServingOptions options;
-  Gpt2Weights weights;
+  Gpt2Config config;
+  std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
   int eos_token_id = 0;
   std::vector<Request> trace;
   int capacity = 0;  ///< positions per slot: the trace's longest P + N - 1
@@ -222,14 +223,13 @@ ServingPlan make_serving_plan(const ServingOptions& options) {
   ServingPlan plan;
   plan.options = options;
   if (!options.weights_directory.empty()) {
-    plan.weights = load_gpt2_checkpoint(options.weights_directory);
-  } else {
-    Gpt2Config config;
-    if (!options.config_file.empty()) config = Gpt2Config::from_json_file(options.config_file);
-    config.validate();
-    plan.weights = random_gpt2_weights(config, options.seed);
+    plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
+    plan.config = plan.checkpoint->config;
+  } else if (!options.config_file.empty()) {
+    plan.config = Gpt2Config::from_json_file(options.config_file);
   }
-  const Gpt2Config& config = plan.weights.config;
+  plan.config.validate();
+  const Gpt2Config& config = plan.config;
   plan.eos_token_id = options.eos_token_id.value_or(config.eos_token_id);
   if (plan.eos_token_id >= config.vocab_size)
     throw std::invalid_argument("--eos: id " + std::to_string(plan.eos_token_id) +
@@ -768,14 +768,16 @@ int serve_trace(const ServingPlan& plan) {
   require_cuda_device();
   cudaDeviceProp properties{};
   CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  const DeviceModel model(plan.weights);
+  const Gpt2Weights random_weights =
+      plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, plan.options.seed);
+  const DeviceModel model(plan.checkpoint ? *plan.checkpoint : random_weights);
   if (!plan.options.kv_cache_budget_gib) {
     // The cache must fit beside the packed weights and the activations: half of what is
     // free now is its budget.
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    require_slots_fit(plan.weights.config, plan.options.slots, plan.capacity, sizeof(float),
+    require_slots_fit(plan.config, plan.options.slots, plan.capacity, sizeof(float),
                       0.5 * static_cast<double>(free_bytes));
   }
   std::printf("11_continuous_batching: continuous batching on %s\n", properties.name);
