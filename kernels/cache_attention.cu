@@ -265,8 +265,8 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
                                   CursorPosition cursor, int capacity, float* out,
                                   SplitWorkspace workspace, int splits, int H, int C) {
-  fused_decode_attention<kWidth, kDims>(qkv, keys, values, cursor, capacity, out, workspace,
-                                        splits, H, C);
+  fused_decode_attention<kWidth, kDims>(qkv, keys, values, cursor, capacity, out, workspace, splits,
+                                        H, C);
 }
 
 // The serving slots' kernel: row b at positions[b], idle (output 0, no write) outside
@@ -348,8 +348,8 @@ namespace {
 template <typename PositionSource>
 void launch_fused_attention_kernel(const char* name, const float* qkv, float* keys, float* values,
                                    PositionSource row_position, const char* position_name,
-                                   const void* position_pointer, int capacity, float* out, void* workspace, int B, int H, int C,
-                                   cudaStream_t stream) {
+                                   const void* position_pointer, int capacity, float* out,
+                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
   launch_checks::require_not_null(name, {{"qkv", qkv},
                                          {"keys", keys},
                                          {"values", values},
@@ -393,8 +393,8 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream) {
   launch_fused_attention_kernel("launch_fused_decode_attention", qkv, keys, values,
-                                CursorPosition{cursor}, "cursor", cursor, capacity, out, workspace, B, H, C,
-                                stream);
+                                CursorPosition{cursor}, "cursor", cursor, capacity, out, workspace,
+                                B, H, C, stream);
 }
 
 void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
@@ -402,8 +402,8 @@ void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float*
                                            void* workspace, int B, int H, int C,
                                            cudaStream_t stream) {
   launch_fused_attention_kernel("launch_fused_decode_attention_per_row", qkv, keys, values,
-                                RowPositions{positions}, "positions", positions, capacity, out, workspace, B,
-                                H, C, stream);
+                                RowPositions{positions}, "positions", positions, capacity, out,
+                                workspace, B, H, C, stream);
 }
 
 }  // namespace ladder

@@ -257,8 +257,8 @@ ServingPlan make_serving_plan(const ServingOptions& options) {
       plan.trace_description += " (" + std::to_string(trace.arrivals_per_second) + "/s)";
   }
   for (const Request& request : plan.trace)
-    plan.capacity = std::max(plan.capacity, static_cast<int>(request.prompt.size()) +
-                                                request.max_new_tokens - 1);
+    plan.capacity = std::max(plan.capacity,
+                             static_cast<int>(request.prompt.size()) + request.max_new_tokens - 1);
   if (options.kv_cache_budget_gib)
     require_slots_fit(config, options.slots, plan.capacity, sizeof(float),
                       *options.kv_cache_budget_gib * (1 << 30));
@@ -314,9 +314,9 @@ struct StagingLayout {
 /// GPU time of the steps, from events recorded around each one on the stream.
 struct GpuTimeline {
   int steps = 0;
-  double busy_ms = 0;      ///< sum over steps of (end - start)
-  double idle_ms = 0;      ///< sum of the gaps between a step's end and the next one's start
-  double span_ms = 0;      ///< first step's start to last step's end
+  double busy_ms = 0;         ///< sum over steps of (end - start)
+  double idle_ms = 0;         ///< sum of the gaps between a step's end and the next one's start
+  double span_ms = 0;         ///< first step's start to last step's end
   double host_launch_ms = 0;  ///< host time inside launch_step (planning is the scheduler's)
   double host_wait_ms = 0;    ///< host time waiting in finish_step for a step's tokens
 };
@@ -340,10 +340,10 @@ class SlotDecoder final : public ServingBackend {
     cache_.layer_floats = static_cast<std::size_t>(slots) * cache_.slot_floats;
     cache_.keys = allocate<float>(config_.n_layer * cache_.layer_floats);
     cache_.values = allocate<float>(config_.n_layer * cache_.layer_floats);
-    cache_.attention_workspace = allocate<char>(
-        fused_decode_attention_workspace_bytes(slots, config_.n_head, C, capacity));
-    CUDA_CHECK(cudaMemsetAsync(cache_.attention_workspace, 0,
-                               cache_.attention_workspace.bytes(), stream));
+    cache_.attention_workspace =
+        allocate<char>(fused_decode_attention_workspace_bytes(slots, config_.n_head, C, capacity));
+    CUDA_CHECK(
+        cudaMemsetAsync(cache_.attention_workspace, 0, cache_.attention_workspace.bytes(), stream));
     activations_.hidden = allocate<float>(rows * C);
     activations_.normed = allocate<float>(rows * C);
     activations_.qkv = allocate<float>(rows * 3 * C);
@@ -359,8 +359,8 @@ class SlotDecoder final : public ServingBackend {
     CUDA_CHECK(cudaMemsetAsync(last_tokens_, 0, sizeof(std::int32_t) * slots, stream));
     staging_ = allocate<std::int32_t>(layout_.capacity_ints(capacity));
     for (int ring = 0; ring < kRing; ++ring) {
-      host_staging_.push_back(std::make_unique<PinnedArray<std::int32_t>>(
-          layout_.capacity_ints(capacity)));
+      host_staging_.push_back(
+          std::make_unique<PinnedArray<std::int32_t>>(layout_.capacity_ints(capacity)));
       host_tokens_.push_back(std::make_unique<PinnedArray<std::int32_t>>(slots));
       step_started_.emplace_back();
       step_done_.emplace_back();
@@ -372,7 +372,8 @@ class SlotDecoder final : public ServingBackend {
     CUDA_CHECK(cudaMemsetAsync(staging_ + layout_.embedding_positions(), 0,
                                sizeof(std::int32_t) * slots, stream));
     decode_step();
-    decode_graph_.emplace(capture_graph(stream, [&] { decode_step(); }, "decode step"),
+    decode_graph_.emplace(capture_graph(
+                              stream, [&] { decode_step(); }, "decode step"),
                           "decode step");
     synchronize_stage(stream, "the decoder's set-up");
   }
@@ -508,8 +509,8 @@ class SlotDecoder final : public ServingBackend {
     for (const PrefillRow& row : prefills) total_rows += row.prompt.size();
     const std::int32_t* positions = tokens + total_rows;
 
-    std::size_t first = 0;       // this group's first prompt
-    std::size_t first_row = 0;   // and its first row
+    std::size_t first = 0;      // this group's first prompt
+    std::size_t first_row = 0;  // and its first row
     while (first < prefills.size()) {
       std::size_t end = first;
       std::size_t rows = 0;
@@ -519,19 +520,21 @@ class SlotDecoder final : public ServingBackend {
       launch_embedding(tokens + first_row, positions + first_row, model_.token_embedding(),
                        model_.position_embedding(), activations_.hidden, static_cast<int>(rows), C,
                        stream);
-      layers(activations_, static_cast<int>(rows), [&](int layer_index, const float* qkv,
-                                                       float* attended) {
-        std::size_t row = 0;
-        for (std::size_t p = first; p < end; ++p) {
-          const int T = static_cast<int>(prefills[p].prompt.size());
-          const int slot = prefills[p].slot;
-          launch_store_kv_sequence(qkv + row * 3 * C, cache_.slot_keys(layer_index, slot),
-                                   cache_.slot_values(layer_index, slot), /*first_position=*/0, T,
-                                   cache_.capacity, /*B=*/1, H, C, stream);
-          launch_causal_attention(qkv + row * 3 * C, attended + row * C, /*B=*/1, T, H, C, stream);
-          row += static_cast<std::size_t>(T);
-        }
-      });
+      layers(activations_, static_cast<int>(rows),
+             [&](int layer_index, const float* qkv, float* attended) {
+               std::size_t row = 0;
+               for (std::size_t p = first; p < end; ++p) {
+                 const int T = static_cast<int>(prefills[p].prompt.size());
+                 const int slot = prefills[p].slot;
+                 launch_store_kv_sequence(qkv + row * 3 * C, cache_.slot_keys(layer_index, slot),
+                                          cache_.slot_values(layer_index, slot),
+                                          /*first_position=*/0, T, cache_.capacity, /*B=*/1, H, C,
+                                          stream);
+                 launch_causal_attention(qkv + row * 3 * C, attended + row * C, /*B=*/1, T, H, C,
+                                         stream);
+                 row += static_cast<std::size_t>(T);
+               }
+             });
       // Each prompt's last position, after ln_f, for the LM head.
       std::size_t row = 0;
       for (std::size_t p = first; p < end; ++p) {
@@ -561,10 +564,10 @@ class SlotDecoder final : public ServingBackend {
                      model_.token_embedding(), model_.position_embedding(), activations_.hidden,
                      slots_, C, stream);
     layers(activations_, slots_, [&](int layer_index, const float* qkv, float* attended) {
-      launch_fused_decode_attention_per_row(
-          qkv, cache_.slot_keys(layer_index, 0), cache_.slot_values(layer_index, 0),
-          attention_positions, cache_.capacity, attended, cache_.attention_workspace, slots_, H, C,
-          stream);
+      launch_fused_decode_attention_per_row(qkv, cache_.slot_keys(layer_index, 0),
+                                            cache_.slot_values(layer_index, 0), attention_positions,
+                                            cache_.capacity, attended, cache_.attention_workspace,
+                                            slots_, H, C, stream);
     });
     const ArgmaxCandidates candidates =
         step_.lm_head(activations_.normed, nullptr, activations_.candidate_values,
@@ -656,9 +659,9 @@ ServedConfiguration serve(const std::string& name, const ServingPlan& plan, Slot
   served.scheduler.eos_token_id = plan.eos_token_id;
   served.scheduler.steps_in_flight = steps_in_flight;
   // Warm-up, not timed: the slot count's first requests, two tokens each.
-  std::vector<Request> warmup(plan.trace.begin(),
-                              plan.trace.begin() + std::min<std::size_t>(plan.trace.size(),
-                                                                         decoder.slot_count()));
+  std::vector<Request> warmup(
+      plan.trace.begin(),
+      plan.trace.begin() + std::min<std::size_t>(plan.trace.size(), decoder.slot_count()));
   for (Request& request : warmup) {
     request.arrival_ms = 0;
     request.max_new_tokens = std::min(request.max_new_tokens, 2);
@@ -680,8 +683,9 @@ double idle_fraction(const GpuTimeline& timeline) {
 }
 
 void print_table(const std::vector<ServedConfiguration>& served) {
-  std::printf("\n| serving | output tokens/s | steps | GPU busy ms/step | GPU idle | host launch "
-              "ms/step | latency p50 ms | latency p99 ms | first token p99 ms | slot use |\n");
+  std::printf(
+      "\n| serving | output tokens/s | steps | GPU busy ms/step | GPU idle | host launch "
+      "ms/step | latency p50 ms | latency p99 ms | first token p99 ms | slot use |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ServedConfiguration& s : served) {
     const double steps = std::max(1, s.timeline.steps);
@@ -693,10 +697,9 @@ void print_table(const std::vector<ServedConfiguration>& served) {
   }
   const ServedConfiguration& baseline = served.front();
   for (std::size_t i = 1; i < served.size(); ++i)
-    std::printf("%s / %s: %.2fx the output tokens/s\n", served[i].name.c_str(),
-                baseline.name.c_str(),
-                served[i].summary.output_tokens_per_second /
-                    baseline.summary.output_tokens_per_second);
+    std::printf(
+        "%s / %s: %.2fx the output tokens/s\n", served[i].name.c_str(), baseline.name.c_str(),
+        served[i].summary.output_tokens_per_second / baseline.summary.output_tokens_per_second);
 }
 
 void write_json(const std::string& path, const ServingPlan& plan, const std::string& device,
@@ -705,21 +708,21 @@ void write_json(const std::string& path, const ServingPlan& plan, const std::str
   if (!out) throw std::runtime_error(path + ": cannot be written; check the folder exists");
   char buffer[512];
   out << "{\n  \"chapter\": \"11_continuous_batching\",\n  \"device\": \"" << device
-      << "\",\n  \"trace\": \"" << plan.trace_description << "\",\n  \"requests\": "
-      << plan.trace.size() << ",\n  \"slots\": " << plan.options.slots
+      << "\",\n  \"trace\": \"" << plan.trace_description
+      << "\",\n  \"requests\": " << plan.trace.size() << ",\n  \"slots\": " << plan.options.slots
       << ",\n  \"capacity\": " << plan.capacity << ",\n  \"configurations\": [\n";
   for (std::size_t i = 0; i < served.size(); ++i) {
     const ServedConfiguration& s = served[i];
     const ServingSummary& m = s.summary;
     const double window_ms = std::max(m.elapsed_ms / 200.0, 1e-3);
-    std::snprintf(buffer, sizeof(buffer),
-                  "    {\"name\": \"%s\", \"policy\": \"%s\", \"steps_in_flight\": %d,\n"
-                  "     \"output_tokens\": %lld, \"elapsed_ms\": %.3f, \"output_tokens_per_second\": "
-                  "%.1f, \"steps\": %d,\n",
-                  s.name.c_str(),
-                  s.scheduler.policy == BatchingPolicy::continuous ? "continuous" : "static",
-                  s.scheduler.steps_in_flight, m.output_tokens, m.elapsed_ms,
-                  m.output_tokens_per_second, m.steps);
+    std::snprintf(
+        buffer, sizeof(buffer),
+        "    {\"name\": \"%s\", \"policy\": \"%s\", \"steps_in_flight\": %d,\n"
+        "     \"output_tokens\": %lld, \"elapsed_ms\": %.3f, \"output_tokens_per_second\": "
+        "%.1f, \"steps\": %d,\n",
+        s.name.c_str(), s.scheduler.policy == BatchingPolicy::continuous ? "continuous" : "static",
+        s.scheduler.steps_in_flight, m.output_tokens, m.elapsed_ms, m.output_tokens_per_second,
+        m.steps);
     out << buffer;
     std::snprintf(buffer, sizeof(buffer),
                   "     \"gpu_busy_ms\": %.3f, \"gpu_idle_ms\": %.3f, \"gpu_span_ms\": %.3f, "

@@ -53,11 +53,10 @@ std::vector<float> expected_per_row(const std::vector<float>& qkv, const test::H
   const std::size_t row_floats = static_cast<std::size_t>(capacity) * C;
   for (int b = 0; b < B; ++b) {
     if (positions[b] < 0 || positions[b] >= capacity) continue;
-    reference::decode_attention(q.data() + static_cast<std::size_t>(b) * C,
-                                cache.keys.data() + b * row_floats,
-                                cache.values.data() + b * row_floats,
-                                out.data() + static_cast<std::size_t>(b) * C, 1, positions[b] + 1,
-                                capacity, H, C);
+    reference::decode_attention(
+        q.data() + static_cast<std::size_t>(b) * C, cache.keys.data() + b * row_floats,
+        cache.values.data() + b * row_floats, out.data() + static_cast<std::size_t>(b) * C, 1,
+        positions[b] + 1, capacity, H, C);
   }
   return out;
 }
@@ -102,10 +101,9 @@ TEST_CASE("launch_fused_decode_attention_per_row: each row appends and attends a
         test::DeviceArray<unsigned char> workspace(std::vector<unsigned char>(
             fused_decode_attention_workspace_bytes(B, H, C, capacity), 0));
         test::DeviceArray<float> out = test::poisoned_floats(static_cast<std::size_t>(B) * C);
-        launch_fused_decode_attention_per_row(qkv_device.get(), cache_device.keys(),
-                                              cache_device.values(), positions_device.get(),
-                                              capacity, out.get(), workspace.get(), B, H, C,
-                                              stream.get());
+        launch_fused_decode_attention_per_row(
+            qkv_device.get(), cache_device.keys(), cache_device.values(), positions_device.get(),
+            capacity, out.get(), workspace.get(), B, H, C, stream.get());
         stream.synchronize();
         const std::vector<float> result = out.download();
         CHECK(test::checked_relative_error(result, expected_per_row(qkv, after, positions)) <=
@@ -115,10 +113,9 @@ TEST_CASE("launch_fused_decode_attention_per_row: each row appends and attends a
 
         // Again on the cache it wrote: bit for bit the same (workspace left ready).
         out.poison();
-        launch_fused_decode_attention_per_row(qkv_device.get(), cache_device.keys(),
-                                              cache_device.values(), positions_device.get(),
-                                              capacity, out.get(), workspace.get(), B, H, C,
-                                              stream.get());
+        launch_fused_decode_attention_per_row(
+            qkv_device.get(), cache_device.keys(), cache_device.values(), positions_device.get(),
+            capacity, out.get(), workspace.get(), B, H, C, stream.get());
         stream.synchronize();
         CHECK(test::count_bit_mismatches(out.download(), result) == 0);
       }
@@ -126,9 +123,10 @@ TEST_CASE("launch_fused_decode_attention_per_row: each row appends and attends a
   }
 }
 
-TEST_CASE("launch_fused_decode_attention_per_row with every row at one position is the cursor "
-          "kernel",
-          "[kernels][batching]") {
+TEST_CASE(
+    "launch_fused_decode_attention_per_row with every row at one position is the cursor "
+    "kernel",
+    "[kernels][batching]") {
   LADDER_SEEDED_RNG(rng);
   test::DeviceStream stream;
   const int B = 3;
@@ -144,16 +142,16 @@ TEST_CASE("launch_fused_decode_attention_per_row with every row at one position 
 
   const test::DeviceKVCache per_row_cache(cache);
   const test::DeviceArray<std::int32_t> positions(std::vector<std::int32_t>(B, position));
-  const std::vector<float> per_row = test::launch_into_poisoned(
-      static_cast<std::size_t>(B) * C, stream, [&](float* out) {
+  const std::vector<float> per_row =
+      test::launch_into_poisoned(static_cast<std::size_t>(B) * C, stream, [&](float* out) {
         launch_fused_decode_attention_per_row(qkv_device.get(), per_row_cache.keys(),
                                               per_row_cache.values(), positions.get(), capacity,
                                               out, workspace.get(), B, H, C, stream.get());
       });
   const test::DeviceKVCache cursor_cache(cache);
   const test::DeviceArray<DecodePosition> cursor = test::device_cursor(0, position);
-  const std::vector<float> shared = test::launch_into_poisoned(
-      static_cast<std::size_t>(B) * C, stream, [&](float* out) {
+  const std::vector<float> shared =
+      test::launch_into_poisoned(static_cast<std::size_t>(B) * C, stream, [&](float* out) {
         launch_fused_decode_attention(qkv_device.get(), cursor_cache.keys(), cursor_cache.values(),
                                       cursor.get(), capacity, out, workspace.get(), B, H, C,
                                       stream.get());
@@ -227,14 +225,14 @@ TEST_CASE("launch_argmax_into_slots rejects bad arguments", "[kernels][batching]
                   std::invalid_argument);
   CHECK_THROWS_AS(launch_argmax_into_slots(candidates, ints.get(), nullptr, 2, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_into_slots({nullptr, ints.get(), 4}, ints.get(), ints.get(), 2,
-                                           nullptr),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      launch_argmax_into_slots({nullptr, ints.get(), 4}, ints.get(), ints.get(), 2, nullptr),
+      std::invalid_argument);
   CHECK_THROWS_AS(launch_argmax_into_slots(candidates, ints.get(), ints.get(), 0, nullptr),
                   std::invalid_argument);
-  CHECK_THROWS_AS(launch_argmax_into_slots({values.get(), ints.get(), 0}, ints.get(), ints.get(),
-                                           2, nullptr),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      launch_argmax_into_slots({values.get(), ints.get(), 0}, ints.get(), ints.get(), 2, nullptr),
+      std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- chapter 11
@@ -251,7 +249,7 @@ const Gpt2Weights& golden_weights() {
 
 /// Each configuration's (slot, tokens) per request, read back from --dump-requests.
 struct ServedRequests {
-  std::map<int, std::vector<int>> slots;                          ///< configuration -> slot
+  std::map<int, std::vector<int>> slots;                         ///< configuration -> slot
   std::map<int, std::vector<std::vector<std::int32_t>>> tokens;  ///< configuration -> tokens
 };
 
