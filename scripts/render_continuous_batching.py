@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """scripts/render_continuous_batching.py - the generated parts of chapter 11's page.
 
 chapters/11_continuous_batching/README.md quotes numbers that code computes, never typed:
@@ -21,7 +21,8 @@ and two pictures:
         slots busy over time for each configuration of a committed run (matplotlib),
         made only when results exist.
 
-    python3 scripts/render_continuous_batching.py --build build/ci          # rewrite
+    /usr/bin/python3 scripts/render_continuous_batching.py --build build/ci   # rewrite (the
+                                                                      # plots need matplotlib)
     python3 scripts/render_continuous_batching.py --build build/ci --check  # exit 1 if stale
 
 Exit status: 0 when the page and the timeline are (or now are) current; 1 when --check
@@ -160,6 +161,19 @@ def results_block(runs):
                 f"{c['gpu_busy_ms'] / steps:.3f} | {100 * c['gpu_idle_fraction']:.1f}% | "
                 f"{c['host_launch_ms'] / steps:.3f} | {c['latency_p50_ms']:.0f} | "
                 f"{c['latency_p99_ms']:.0f} | {100 * c['slot_use']:.1f}% |")
+        traced = [c for c in configurations if "cupti_gpu_idle_fraction" in c]
+        if traced:
+            lines.append("")
+            lines.append("Under CUPTI (`--cupti`, one more untimed run of each configuration):")
+            lines.append("")
+            lines.append("| serving | GPU idle (CUPTI) | kernels/step | graph launches/step "
+                         "| host in CUDA calls ms/step |")
+            lines.append("|---|---|---|---|---|")
+            for c in traced:
+                lines.append(f"| {c['name']} | {100 * c['cupti_gpu_idle_fraction']:.2f}% | "
+                             f"{c['cupti_kernels_per_step']:.1f} | "
+                             f"{c['cupti_graph_launches_per_step']:.2f} | "
+                             f"{c['cupti_host_api_ms_per_step']:.3f} |")
         lines.append("")
         lines.append(f"![slots busy over time, {path.stem}](../../docs/images/{plot_path(path).name})")
         lines.append("")

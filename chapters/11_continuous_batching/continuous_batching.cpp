@@ -56,6 +56,7 @@
 #include "common/cuda_graph.hpp"
 #include "common/decode_step_context.hpp"
 #include "common/device_model.hpp"
+#include "common/gpu_activity.hpp"
 #include "common/nvtx.hpp"
 #include "common/pinned_flag.hpp"
 #include "common/request_trace.hpp"
@@ -96,6 +97,8 @@ constexpr const char* kUsage =
     "  --eos ID              a request stops after producing this id (default: the config's)\n"
     "  --tf32                TF32 tensor cores in the products\n"
     "  --json FILE           write the results as JSON\n"
+    "  --cupti               one more, untimed run of each configuration under CUPTI: the\n"
+    "                        GPU's idle time as the profiler sees it, kernels per step\n"
     "  --dump-requests FILE  write each request's slot and tokens, one request a line\n"
     "  --help                this text\n"
     "This chapter serves a trace, not one batch: --batch and --new-tokens belong to\n"
@@ -118,6 +121,7 @@ struct ServingOptions {
   bool allow_tf32 = false;
   std::string json_file;
   std::string dump_requests_file;
+  bool cupti = false;
   bool help = false;
 };
 
@@ -192,6 +196,8 @@ ServingOptions parse_serving_options(int argc, char** argv) {
       options.eos_token_id = static_cast<int>(number_after(argc, argv, i, -1, 1e9, true));
     } else if (flag == "--tf32") {
       options.allow_tf32 = true;
+    } else if (flag == "--cupti") {
+      options.cupti = true;
     } else if (flag == "--json") {
       options.json_file = text_after(argc, argv, i);
     } else if (flag == "--dump-requests") {
@@ -643,13 +649,48 @@ class SlotDecoder final : public ServingBackend {
 
 // ---------------------------------------------------------------- serving and reporting
 
+/// What CUPTI saw in one more, untimed run of a configuration (--cupti).
+struct TracedServing {
+  double idle_fraction = 0;  ///< (span - union of GPU activity) / span
+  double kernels_per_step = 0;
+  double graph_launches_per_step = 0;
+  double host_api_ms_per_step = 0;  ///< host time inside CUDA calls that do not wait
+};
+
 struct ServedConfiguration {
   std::string name;
   SchedulerOptions scheduler;
   ServingResult result;
   ServingSummary summary;
   GpuTimeline timeline;
+  std::optional<TracedServing> traced;
 };
+
+// NEW in chapter 11: the profiler's view of the same serving (its own run: CUPTI's
+// bookkeeping slows the host, so the timed run is the one without it). Empty when a
+// tool already holds CUPTI.
+std::optional<TracedServing> trace_serving(const ServingPlan& plan, SlotDecoder& decoder,
+                                           const SchedulerOptions& scheduler) {
+  std::optional<GpuActivityTrace> trace;
+  try {
+    trace.emplace();
+  } catch (const CudaError& error) {
+    std::fprintf(stderr, "note: no GPU activity trace (%s)\n", error.what());
+    return std::nullopt;
+  }
+  SteadyClock clock;
+  const ServingResult result = serve_requests(plan.trace, decoder, scheduler, clock);
+  const GpuActivitySummary activity = trace->collect();
+  const double steps = std::max<double>(1, static_cast<double>(result.steps.size()));
+  TracedServing traced;
+  const ActivityTimeline& timeline = activity.timeline;
+  traced.idle_fraction =
+      timeline.span_seconds > 0 ? timeline.idle_seconds() / timeline.span_seconds : 0;
+  traced.kernels_per_step = static_cast<double>(activity.kernels) / steps;
+  traced.graph_launches_per_step = static_cast<double>(activity.graph_launches) / steps;
+  traced.host_api_ms_per_step = activity.host_api_seconds * 1e3 / steps;
+  return traced;
+}
 
 ServedConfiguration serve(const std::string& name, const ServingPlan& plan, SlotDecoder& decoder,
                           BatchingPolicy policy, int steps_in_flight) {
@@ -675,6 +716,7 @@ ServedConfiguration serve(const std::string& name, const ServingPlan& plan, Slot
   served.result = serve_requests(plan.trace, decoder, served.scheduler, clock);
   served.summary = summarize_serving(served.result);
   served.timeline = decoder.timeline();
+  if (plan.options.cupti) served.traced = trace_serving(plan, decoder, served.scheduler);
   return served;
 }
 
@@ -694,6 +736,14 @@ void print_table(const std::vector<ServedConfiguration>& served) {
                 s.timeline.busy_ms / steps, 100 * idle_fraction(s.timeline),
                 s.timeline.host_launch_ms / steps, s.summary.latency_p50_ms,
                 s.summary.latency_p99_ms, s.summary.first_token_p99_ms, 100 * s.summary.slot_use);
+  }
+  for (const ServedConfiguration& s : served) {
+    if (!s.traced) continue;
+    std::printf(
+        "CUPTI, %s: GPU idle %.2f%%, %.1f kernels and %.2f graph launches per step, host "
+        "inside CUDA calls %.3f ms per step\n",
+        s.name.c_str(), 100 * s.traced->idle_fraction, s.traced->kernels_per_step,
+        s.traced->graph_launches_per_step, s.traced->host_api_ms_per_step);
   }
   const ServedConfiguration& baseline = served.front();
   for (std::size_t i = 1; i < served.size(); ++i)
@@ -740,6 +790,15 @@ void write_json(const std::string& path, const ServingPlan& plan, const std::str
                   m.latency_p50_ms, m.latency_p99_ms, m.first_token_p50_ms, m.first_token_p99_ms,
                   m.slot_use, m.mean_busy_slots, m.padding_rows, m.speculative_rows);
     out << buffer;
+    if (s.traced) {
+      std::snprintf(buffer, sizeof(buffer),
+                    "     \"cupti_gpu_idle_fraction\": %.5f, \"cupti_kernels_per_step\": %.2f, "
+                    "\"cupti_graph_launches_per_step\": %.3f, \"cupti_host_api_ms_per_step\": "
+                    "%.4f,\n",
+                    s.traced->idle_fraction, s.traced->kernels_per_step,
+                    s.traced->graph_launches_per_step, s.traced->host_api_ms_per_step);
+      out << buffer;
+    }
     out << "     \"busy_slots_window_ms\": " << window_ms << ", \"busy_slots\": [";
     const std::vector<double> busy = busy_slots_over_time(s.result, window_ms);
     for (std::size_t w = 0; w < busy.size(); ++w) {
