@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ladder {
 
@@ -36,6 +37,38 @@ void require_slots_fit(const Gpt2Config& config, int slots, int capacity, int by
                   "available; ask for at most %lld slots or fewer positions",
                   slots, capacity, needed / (1 << 30), bytes_available / (1 << 30), fitting);
     throw std::invalid_argument(message);
+  }
+}
+
+// ---------------------------------------------------------------- plans
+
+void check_step_plan(const StepPlan& plan, int slots, int capacity) {
+  std::vector<bool> used(static_cast<std::size_t>(slots > 0 ? slots : 0), false);
+  auto claim = [&](int slot, const char* kind) {
+    if (slot < 0 || slot >= slots) {
+      throw std::invalid_argument(std::string(kind) + " of slot " + std::to_string(slot) +
+                                  ", but the back-end has " + std::to_string(slots) + " slots");
+    }
+    if (used[slot]) {
+      throw std::invalid_argument("slot " + std::to_string(slot) + " appears twice in one step");
+    }
+    used[slot] = true;
+  };
+  for (const PrefillRow& row : plan.prefills) {
+    claim(row.slot, "prefill");
+    if (row.prompt.empty() || static_cast<int>(row.prompt.size()) > capacity) {
+      throw std::invalid_argument("prefill of " + std::to_string(row.prompt.size()) +
+                                  " tokens into a slot of " + std::to_string(capacity) +
+                                  " positions");
+    }
+  }
+  for (const DecodeRow& row : plan.decodes) {
+    claim(row.slot, "decode");
+    if (row.position < 0 || row.position >= capacity) {
+      throw std::invalid_argument("decode of slot " + std::to_string(row.slot) + " at position " +
+                                  std::to_string(row.position) + ", outside its " +
+                                  std::to_string(capacity) + " positions");
+    }
   }
 }
 

@@ -105,6 +105,13 @@ class ServingBackend {
   virtual std::vector<std::int32_t> finish_step() = 0;
 };
 
+/// Throws std::invalid_argument, one line, for a plan no back-end of `slots` slots of
+/// `capacity` positions can run: a slot outside [0, slots), a slot twice in the step, a
+/// prompt that is empty or longer than a slot, a decode position outside [0, capacity).
+/// Every back-end calls it before touching a slot (what the plan must agree with in the
+/// back-end's own state, such as a slot's length, each checks itself).
+void check_step_plan(const StepPlan& plan, int slots, int capacity);
+
 /// Bytes of a KV cache of `slots` x `capacity` positions: keys and values of every
 /// layer, n_embd values each, `bytes_per_value` bytes a value (4 for fp32).
 double kv_cache_bytes(const Gpt2Config& config, int slots, int capacity, int bytes_per_value);

@@ -20,34 +20,14 @@ std::int32_t ReferenceBackend::greedy_token(const std::vector<float>& logits) co
 
 void ReferenceBackend::launch_step(const StepPlan& plan) {
   // Check the whole plan before touching a slot.
-  std::vector<bool> used(slots_.size(), false);
-  auto claim = [&](int slot, const char* kind) {
-    if (slot < 0 || slot >= slot_count()) {
-      throw std::invalid_argument(std::string(kind) + " of slot " + std::to_string(slot) +
-                                  ", but the back-end has " + std::to_string(slot_count()) +
-                                  " slots");
-    }
-    if (used[slot]) {
-      throw std::invalid_argument("slot " + std::to_string(slot) + " appears twice in one step");
-    }
-    used[slot] = true;
-  };
-  for (const PrefillRow& row : plan.prefills) {
-    claim(row.slot, "prefill");
-    if (row.prompt.empty() || static_cast<int>(row.prompt.size()) > capacity_) {
-      throw std::invalid_argument("prefill of " + std::to_string(row.prompt.size()) +
-                                  " tokens into a slot of " + std::to_string(capacity_) +
-                                  " positions");
-    }
-  }
+  check_step_plan(plan, slot_count(), capacity_);
   for (const DecodeRow& row : plan.decodes) {
-    claim(row.slot, "decode");
     const Slot& slot = slots_[row.slot];
     if (slot.last_token < 0) {
       throw std::invalid_argument("decode of slot " + std::to_string(row.slot) +
                                   ", which was never prefilled");
     }
-    if (row.position != slot.cache.length || row.position >= capacity_) {
+    if (row.position != slot.cache.length) {
       throw std::invalid_argument("decode of slot " + std::to_string(row.slot) + " at position " +
                                   std::to_string(row.position) + ", but its cache holds " +
                                   std::to_string(slot.cache.length) + " of " +

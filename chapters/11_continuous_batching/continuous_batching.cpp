@@ -397,6 +397,8 @@ class SlotDecoder final : public ServingBackend {
   void launch_step(const StepPlan& plan) override {
     NvtxRange range("launch step");
     const auto host_start = std::chrono::steady_clock::now();
+    // A plan outside the slots would write another slot's cache: refused before any launch.
+    check_step_plan(plan, slots_, capacity_);
     const cudaStream_t stream = step_.stream();
     const int ring = static_cast<int>(launched_ % kRing);
     // The pinned buffers of this ring entry were last used kRing steps ago; the scheduler

@@ -446,6 +446,21 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
   CHECK_THROWS_WITH(strict.launch_step({{}, {{0, 5}}}),
                     Contains("decode of slot 0 at position 5, but its cache holds 2 of 128"));
   CHECK_THROWS_WITH(strict.finish_step(), Contains("no step was launched"));
+  // What every back-end checks (check_step_plan; chapter 11's GPU back-end too).
+  CHECK_THROWS_WITH(ladder::check_step_plan({{}, {{1, 128}}}, 2, context),
+                    Contains("decode of slot 1 at position 128, outside its 128 positions"));
+  CHECK_THROWS_WITH(ladder::check_step_plan({{}, {{0, -1}}}, 2, context),
+                    Contains("at position -1"));
+  CHECK_THROWS_WITH(
+      ladder::check_step_plan({{{0, std::vector<std::int32_t>(129, 1)}}, {}}, 2, context),
+      Contains("prefill of 129 tokens into a slot of 128 positions"));
+  CHECK_THROWS_WITH(ladder::check_step_plan({{{0, {}}}, {}}, 2, context),
+                    Contains("prefill of 0 tokens"));
+  CHECK_THROWS_WITH(ladder::check_step_plan({{{0, {1}}}, {{0, 3}}}, 2, context),
+                    Contains("slot 0 appears twice in one step"));
+  CHECK_THROWS_WITH(ladder::check_step_plan({{}, {{-1, 0}}}, 2, context),
+                    Contains("decode of slot -1, but the back-end has 2 slots"));
+  CHECK_NOTHROW(ladder::check_step_plan({{{1, {1, 2}}}, {{0, 127}}}, 2, context));
 
   ladder::RequestScheduler scheduler({{0, 4, {1}}}, 1, context, options);
   scheduler.plan_step(0);
