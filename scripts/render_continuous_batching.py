@@ -88,7 +88,7 @@ def timeline_svg(sections):
     palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#8cd17d", "#d37295"]
     steps = max(len(row) for rows in sections.values() for row in rows)
-    height = top
+    height = top + 14  # room for the two-line legend
     for rows in sections.values():
         height += 22 + len(rows) * cell + gap
     width = left + steps * cell + 20
@@ -118,9 +118,10 @@ def timeline_svg(sections):
                                  f'font-weight="bold">{letter}</text>')
             y += cell
         y += gap - 10
-    parts.append(f'<text x="{left}" y="{height - 8}" fill="#555555">one column per step; a '
-                 'capital letter: the step that prefills the request; pale: its decode steps; '
-                 'grey: a padding row</text>')
+    parts.append(f'<text x="4" y="{height - 22}" fill="#555555">one column per step; a '
+                 'capital letter: the step that prefills the request;</text>')
+    parts.append(f'<text x="4" y="{height - 8}" fill="#555555">pale: its decode steps; '
+                 'grey: a padding row of a static batch</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
