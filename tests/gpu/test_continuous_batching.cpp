@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -304,8 +305,15 @@ void check_chapter_serves(const std::vector<Request>& trace, int slots) {
       CHECK(slot < slots);
     }
   }
+  // The JSON the page's tables and plot are made from: all three configurations.
   std::ifstream json(json_path);
-  CHECK(json.good());
+  const std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  std::size_t configurations = 0;
+  for (std::size_t at = text.find("\"output_tokens_per_second\""); at != std::string::npos;
+       at = text.find("\"output_tokens_per_second\"", at + 1))
+    ++configurations;
+  CHECK(configurations == 3);
+  CHECK(text.find("\"busy_slots\": [") != std::string::npos);
 }
 
 /// Random prompts of 1 .. 24 tokens, limits of 1 .. max_new over the golden vocabulary.
