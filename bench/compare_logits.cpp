@@ -83,11 +83,10 @@ int run(int argc, char** argv) {
   const std::size_t reference_steps = reference.size() / step_floats;
   const std::size_t actual_steps = actual.size() / step_floats;
   const int steps = static_cast<int>(std::min(reference_steps, actual_steps));
-  const ladder::PrecisionComparison comparison =
-      ladder::compare_logit_sequences(actual.data(), reference.data(), steps, options.batch,
-                                      options.vocab, 2 * options.tolerance);
-  std::printf("%d steps (reference %zu, actual %zu), batch %d, vocab %d\n", steps,
-              reference_steps, actual_steps, options.batch, options.vocab);
+  const ladder::PrecisionComparison comparison = ladder::compare_logit_sequences(
+      actual.data(), reference.data(), steps, options.batch, options.vocab, 2 * options.tolerance);
+  std::printf("%d steps (reference %zu, actual %zu), batch %d, vocab %d\n", steps, reference_steps,
+              actual_steps, options.batch, options.vocab);
   std::printf("%s\n", ladder::describe(comparison).c_str());
   std::printf("reference top-2 margins below %g (relative): %zu of %d (step, row) pairs\n",
               2 * options.tolerance, comparison.small_margins.size(), steps * options.batch);

@@ -29,16 +29,15 @@ class BfloatDecodeStepContext {
   cudaStream_t stream() const { return stream_.get(); }
 
   /// out = bf16(epilogue(x W + bias)), W packed (BfloatDeviceModel::layer()), on this
-  /// step's stream. The kernels take at most kDecodeMaxRows rows; more (a prefill's
-  /// B T) run in slices of that many rows, each streaming W once.
-  void linear(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight,
-              const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int in_features,
-              int out_features, DecodeEpilogue epilogue) {
-    for (int first = 0; first < rows; first += kDecodeMaxRows)
-      launch_decode_matmul_bf16(x + row_offset(first, in_features), packed_weight, bias,
-                                out + row_offset(first, out_features),
-                                std::min(kDecodeMaxRows, rows - first), in_features, out_features,
+  /// step's stream.
+  void linear(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight, const __nv_bfloat16* bias,
+              __nv_bfloat16* out, int rows, int in_features, int out_features,
+              DecodeEpilogue epilogue) {
+    for_each_row_slice(rows, [&](std::size_t first, int count) {
+      launch_decode_matmul_bf16(x + first * in_features, packed_weight, bias,
+                                out + first * out_features, count, in_features, out_features,
                                 epilogue, workspace_, stream_.get());
+    });
   }
 
   /// The tied LM head over x [rows, C] bf16: fp32 logits [rows, V] (null: not written)
@@ -49,19 +48,22 @@ class BfloatDecodeStepContext {
                            float* candidate_values, std::int32_t* candidate_indices, int rows,
                            int C, int V) {
     const int candidates = decode_lm_head_candidates(V);
-    for (int first = 0; first < rows; first += kDecodeMaxRows)
-      launch_decode_lm_head_bf16(x + row_offset(first, C), packed_wte,
-                                 logits != nullptr ? logits + row_offset(first, V) : nullptr,
-                                 candidate_values + row_offset(first, candidates),
-                                 candidate_indices + row_offset(first, candidates),
-                                 std::min(kDecodeMaxRows, rows - first), C, V, workspace_,
-                                 stream_.get());
+    for_each_row_slice(rows, [&](std::size_t first, int count) {
+      launch_decode_lm_head_bf16(
+          x + first * C, packed_wte, logits != nullptr ? logits + first * V : nullptr,
+          candidate_values + first * candidates, candidate_indices + first * candidates, count, C,
+          V, workspace_, stream_.get());
+    });
     return ArgmaxCandidates{candidate_values, candidate_indices, candidates};
   }
 
  private:
-  static std::size_t row_offset(int row, int columns) {
-    return static_cast<std::size_t>(row) * static_cast<std::size_t>(columns);
+  /// The kernels take at most kDecodeMaxRows rows; more (a prefill's B T) run in slices
+  /// of that many, each streaming the weight once: launch(first row, rows in the slice).
+  template <typename Launch>
+  static void for_each_row_slice(int rows, const Launch& launch) {
+    for (int first = 0; first < rows; first += kDecodeMaxRows)
+      launch(static_cast<std::size_t>(first), std::min(kDecodeMaxRows, rows - first));
   }
 
   CudaStream stream_;
@@ -103,8 +105,8 @@ inline double bfloat16_decode_matmul_seconds(const BfloatDeviceModel& model,
                   DecodeEpilogue::kBiasResidual);
       step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, batch, C, 4 * C,
                   DecodeEpilogue::kBiasGelu);
-      step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, batch, 4 * C,
-                  C, DecodeEpilogue::kBiasResidual);
+      step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, batch, 4 * C, C,
+                  DecodeEpilogue::kBiasResidual);
     }
     step.lm_head(normed, model.lm_head_weight(), nullptr, candidate_values, candidate_indices,
                  batch, C, V);

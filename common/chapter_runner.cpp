@@ -200,8 +200,8 @@ ReportHeader report_header(const ChapterInfo& chapter, const Plan& plan) {
   header.chapter = chapter.folder;
   header.title = chapter.title;
   header.precision = chapter.stored == StoredPrecision::bf16 ? "bf16"
-                     : plan.options.allow_tf32                ? "tf32"
-                                                              : "fp32";
+                     : plan.options.allow_tf32               ? "tf32"
+                                                             : "fp32";
   header.weights = plan.options.weights_directory.empty()
                        ? "random (seed " + std::to_string(plan.options.seed) + ")"
                        : plan.options.weights_directory;
@@ -327,8 +327,8 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   const Plan plan = make_plan(argc, argv);
   const RunOptions& options = plan.options;
   if (options.allow_tf32 && chapter.stored == StoredPrecision::bf16)
-    throw std::invalid_argument("--tf32: " + program +
-                                " multiplies bf16 values on the tensor cores; TF32 is an fp32 mode");
+    throw std::invalid_argument(
+        "--tf32: " + program + " multiplies bf16 values on the tensor cores; TF32 is an fp32 mode");
 
   const DeviceInfo device = query_device_info();
   if (!options.quiet) std::cout << device_banner(device) << "\n";

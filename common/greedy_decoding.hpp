@@ -31,8 +31,7 @@ struct PositionMajorPrompts {
 
 /// `prompts` as PositionMajorPrompts, copied on `stream` (without waiting for the GPU).
 PositionMajorPrompts upload_position_major_prompts(DeviceAllocator& allocator,
-                                                   const PromptBatch& prompts,
-                                                   cudaStream_t stream);
+                                                   const PromptBatch& prompts, cudaStream_t stream);
 
 /// Greedy decoding's bookkeeping for one generate() call: allocated, zeroed where it
 /// must be and filled with the teacher-forced ids (tests) on `stream`, in that order.

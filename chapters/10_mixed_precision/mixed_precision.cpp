@@ -57,9 +57,9 @@ using bf16 = __nv_bfloat16;
 // NEW in chapter 10: in bf16, exact copies of the rounded qkv (R4): half the bytes
 // every step reads back.
 struct StaticKvCache {
-  TypedBuffer<bf16> keys;        ///< [n_layer, B, H, capacity, D]
-  TypedBuffer<bf16> values;      ///< [n_layer, B, H, capacity, D]
-  int capacity = 0;              ///< T + N positions
+  TypedBuffer<bf16> keys;          ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<bf16> values;        ///< [n_layer, B, H, capacity, D]
+  int capacity = 0;                ///< T + N positions
   std::size_t layer_elements = 0;  ///< B * capacity * C: one layer's keys (or values)
 
   bf16* layer_keys(int layer_index) const { return keys + layer_index * layer_elements; }
@@ -438,7 +438,6 @@ class Gpt2Decoder final : public Decoder {
 
 int main(int argc, char** argv) {
   // NEW in chapter 10: a bf16 chapter: its table says so, and its floor counts 2-byte values.
-  return run_chapter(argc, argv,
-                     {"10_mixed_precision", "mixed precision", StoredPrecision::bf16},
+  return run_chapter(argc, argv, {"10_mixed_precision", "mixed precision", StoredPrecision::bf16},
                      make_decoder<Gpt2Decoder>);
 }

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.hpp"
@@ -133,25 +134,43 @@ TEST_CASE("early stop where EOS really occurs: every chapter stops at the same s
   check_golden_greedy("greedy_eos.json");
 }
 
+namespace {
+
+/// The golden model's per-row random prompts of several lengths and batches.
+struct RandomPromptCase {
+  int batch, prompt_length, new_tokens;
+  std::uint64_t seed;
+
+  ladder::PromptBatch prompts(const ladder::Gpt2Config& config) const {
+    return ladder::random_prompts(batch, prompt_length, config.vocab_size, config.eos_token_id,
+                                  seed);
+  }
+  /// The chapter's command line for these prompts on the golden model.
+  std::vector<std::string> arguments() const {
+    std::vector<std::string> flags = {"--weights", ladder::testing::golden_model_directory()};
+    for (const auto& [flag, value] :
+         {std::pair<const char*, std::string>{"--batch", std::to_string(batch)},
+          {"--new-tokens", std::to_string(new_tokens)},
+          {"--random-prompt-length", std::to_string(prompt_length)},
+          {"--seed", std::to_string(seed)}})
+      flags.insert(flags.end(), {flag, value});
+    return flags;
+  }
+};
+
+constexpr RandomPromptCase kGoldenRandomPromptCases[] = {
+    {1, 1, 40, 3}, {3, 5, 33, 4}, {32, 9, 64, 5}, {37, 17, 100, 6}};
+
+}  // namespace
+
 TEST_CASE("golden model, random prompts of several lengths and batches", "[chapters]") {
   const ladder::Gpt2Weights weights = ladder::testing::load_golden_model();
   const int eos = weights.config.eos_token_id;
-  struct Case {
-    int batch, prompt_length, new_tokens;
-    std::uint64_t seed;
-  };
-  for (const Case& c :
-       {Case{1, 1, 40, 3}, Case{3, 5, 33, 4}, Case{32, 9, 64, 5}, Case{37, 17, 100, 6}}) {
+  for (const RandomPromptCase& c : kGoldenRandomPromptCases) {
     INFO("batch " << c.batch << ", prompt length " << c.prompt_length);
-    const ladder::PromptBatch prompts =
-        ladder::random_prompts(c.batch, c.prompt_length, weights.config.vocab_size, eos, c.seed);
     const reference::Generation expected =
-        reference::generate(weights, prompts.rows(), c.new_tokens, eos, true);
-    check_every_chapter(
-        {"--weights", ladder::testing::golden_model_directory(), "--batch", std::to_string(c.batch),
-         "--new-tokens", std::to_string(c.new_tokens), "--random-prompt-length",
-         std::to_string(c.prompt_length), "--seed", std::to_string(c.seed)},
-        expected, weights.config.vocab_size);
+        reference::generate(weights, c.prompts(weights.config).rows(), c.new_tokens, eos, true);
+    check_every_chapter(c.arguments(), expected, weights.config.vocab_size);
   }
 }
 
@@ -225,21 +244,24 @@ void check_teacher_forced(const std::vector<std::string>& chapters, double toler
   }
 }
 
-/// The logits of `model` at every position of each of `sequences`, [row] -> [T, V].
-std::vector<std::vector<float>> forward_each(const reference::Model& model,
-                                             const TokenRows& sequences) {
-  std::vector<std::vector<float>> logits;
+/// The teacher-forced check at full size: GPT-2 small with random weights (seed 0), two
+/// random sequences of 160 ids, `chapters` against the reference in `precision`.
+void check_full_size_teacher_forced(const std::vector<std::string>& chapters, double tolerance,
+                                    reference::Precision precision) {
+  const ladder::Gpt2Config config;
+  const ladder::Gpt2Weights weights = ladder::random_gpt2_weights(config, 0);
+  const TokenRows sequences =
+      ladder::random_prompts(2, 160, config.vocab_size, config.eos_token_id, 77).rows();
+  const reference::Model model(weights, precision);
+  std::vector<std::vector<float>> logits;  // [row] -> [T, V]
   for (const auto& sequence : sequences) logits.push_back(model.forward(sequence));
-  return logits;
-}
-
-/// Position `position`'s logits [V] in forward_each's output for `row`.
-std::vector<float> logits_at(const std::vector<std::vector<float>>& logits, int row, int position,
-                             int vocab_size) {
-  const auto V = static_cast<std::size_t>(vocab_size);
-  const auto begin = logits[static_cast<std::size_t>(row)].begin() +
-                     static_cast<std::ptrdiff_t>(static_cast<std::size_t>(position) * V);
-  return std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(V));
+  const auto V = static_cast<std::size_t>(config.vocab_size);
+  check_teacher_forced(chapters, tolerance, {}, sequences, config.vocab_size,
+                       [&](int row, int position) {
+                         const auto begin = logits[static_cast<std::size_t>(row)].begin() +
+                                            static_cast<std::ptrdiff_t>(position * V);
+                         return std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(V));
+                       });
 }
 
 }  // namespace
@@ -260,17 +282,8 @@ TEST_CASE("teacher-forced logits at every position equal Hugging Face's (golden 
 
 TEST_CASE("teacher-forced logits at every position equal the reference (GPT-2 small)",
           "[chapters]") {
-  const ladder::Gpt2Config config;
-  const ladder::Gpt2Weights weights = ladder::random_gpt2_weights(config, 0);
-  const ladder::PromptBatch random =
-      ladder::random_prompts(2, 160, config.vocab_size, config.eos_token_id, 77);
-  const TokenRows sequences = random.rows();
-  const reference::Model model(weights);
-  const std::vector<std::vector<float>> logits = forward_each(model, sequences);
-  check_teacher_forced(ladder::testing::fp32_chapter_names(), kLogitsTolerance, {}, sequences,
-                       config.vocab_size, [&](int row, int position) {
-                         return logits_at(logits, row, position, config.vocab_size);
-                       });
+  check_full_size_teacher_forced(ladder::testing::fp32_chapter_names(), kLogitsTolerance,
+                                 reference::Precision::fp32);
 }
 
 TEST_CASE("an impossible size fails with a clear out-of-memory line", "[chapters]") {
@@ -357,17 +370,8 @@ void check_bf16_generation(const std::vector<std::string>& arguments,
 
 TEST_CASE("bf16 chapters: teacher-forced logits within 1e-2 of the bf16 reference (GPT-2 small)",
           "[chapters][bf16][chapter10]") {
-  const ladder::Gpt2Config config;
-  const ladder::Gpt2Weights weights = ladder::random_gpt2_weights(config, 0);
-  const ladder::PromptBatch random =
-      ladder::random_prompts(2, 160, config.vocab_size, config.eos_token_id, 77);
-  const TokenRows sequences = random.rows();
-  const reference::Model model(weights, reference::Precision::bf16);
-  const std::vector<std::vector<float>> logits = forward_each(model, sequences);
-  check_teacher_forced(ladder::testing::bf16_chapter_names(), kBfloatLogitsTolerance, {},
-                       sequences, config.vocab_size, [&](int row, int position) {
-                         return logits_at(logits, row, position, config.vocab_size);
-                       });
+  check_full_size_teacher_forced(ladder::testing::bf16_chapter_names(), kBfloatLogitsTolerance,
+                                 reference::Precision::bf16);
 }
 
 TEST_CASE("bf16 chapters: teacher-forced logits within 1e-2 of the bf16 reference (golden model)",
@@ -376,11 +380,15 @@ TEST_CASE("bf16 chapters: teacher-forced logits within 1e-2 of the bf16 referenc
   const nlohmann::json golden = ladder::testing::load_golden_json("teacher_forced.json");
   const auto sequences = golden.at("tokens").get<TokenRows>();
   const reference::Model model(weights, reference::Precision::bf16);
-  const std::vector<std::vector<float>> logits = forward_each(model, sequences);
+  const int V = weights.config.vocab_size;
   check_teacher_forced(ladder::testing::bf16_chapter_names(), kBfloatLogitsTolerance,
-                       {"--weights", ladder::testing::golden_model_directory()}, sequences,
-                       weights.config.vocab_size, [&](int row, int position) {
-                         return logits_at(logits, row, position, weights.config.vocab_size);
+                       {"--weights", ladder::testing::golden_model_directory()}, sequences, V,
+                       [&](int row, int position) {
+                         // The reference over the row's first position + 1 ids, last position.
+                         const auto& sequence = sequences.at(static_cast<std::size_t>(row));
+                         const std::vector<float> all =
+                             model.forward({sequence.begin(), sequence.begin() + position + 1});
+                         return std::vector<float>(all.end() - V, all.end());
                        });
 }
 
@@ -389,20 +397,11 @@ TEST_CASE("bf16 chapters: per-row random prompts give the bf16 reference's token
   const ladder::Gpt2Weights golden = ladder::testing::load_golden_model();
   const reference::Model golden_model(golden, reference::Precision::bf16);
   const int eos = golden.config.eos_token_id;
-  struct Case {
-    int batch, prompt_length, new_tokens;
-    std::uint64_t seed;
-  };
-  for (const Case& c :
-       {Case{1, 1, 40, 3}, Case{3, 5, 33, 4}, Case{32, 9, 64, 5}, Case{37, 17, 100, 6}}) {
+  for (const RandomPromptCase& c : kGoldenRandomPromptCases) {
     INFO("golden model, batch " << c.batch << ", prompt length " << c.prompt_length);
-    const ladder::PromptBatch prompts =
-        ladder::random_prompts(c.batch, c.prompt_length, golden.config.vocab_size, eos, c.seed);
     check_bf16_generation(
-        {"--weights", ladder::testing::golden_model_directory(), "--batch", std::to_string(c.batch),
-         "--new-tokens", std::to_string(c.new_tokens), "--random-prompt-length",
-         std::to_string(c.prompt_length), "--seed", std::to_string(c.seed)},
-        reference::generate(golden_model, prompts.rows(), c.new_tokens, eos, true),
+        c.arguments(),
+        reference::generate(golden_model, c.prompts(golden.config).rows(), c.new_tokens, eos, true),
         golden.config.vocab_size);
   }
 
@@ -414,8 +413,7 @@ TEST_CASE("bf16 chapters: per-row random prompts give the bf16 reference's token
   INFO("GPT-2 small, batch 4, prompt length 8");
   check_bf16_generation(
       {"--batch", "4", "--new-tokens", "24", "--random-prompt-length", "8", "--seed", "0"},
-      reference::generate(model, prompts.rows(), 24, config.eos_token_id, true),
-      config.vocab_size);
+      reference::generate(model, prompts.rows(), 24, config.eos_token_id, true), config.vocab_size);
 }
 
 TEST_CASE("bf16 chapters: the BOS workload at B = 32 gives the bf16 reference's tokens",
@@ -432,8 +430,8 @@ TEST_CASE("bf16 chapters: the BOS workload at B = 32 gives the bf16 reference's 
 TEST_CASE("bf16 chapters: repeat runs are bit-identical, tokens and logits",
           "[chapters][bf16][chapter10]") {
   const ladder::Gpt2Config config;
-  const std::vector<std::string> arguments = {"--batch", "5", "--new-tokens", "20",
-                                              "--random-prompt-length", "7", "--seed", "9"};
+  const std::vector<std::string> arguments = {
+      "--batch", "5", "--new-tokens", "20", "--random-prompt-length", "7", "--seed", "9"};
   for (const std::string& chapter : ladder::testing::bf16_chapter_names()) {
     INFO("chapter " << chapter);
     const ChapterOutput first =
