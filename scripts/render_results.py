@@ -68,7 +68,13 @@ PLOTS = {
     "batch_sweep": "results_batch_sweep.png",
 }
 PYTORCH_ORDER = [variant.chapter for variant in VARIANTS]
-PRECISION_ORDER = ["fp32", "tf32"]
+PRECISION_ORDER = ["fp32", "tf32", "bf16"]
+# A chapter's page shows its default run: no --tf32 (fp32), or bf16 for a chapter that
+# stores its numbers in bf16 (its JSON says "precision": "bf16").
+PAGE_PRECISIONS = ("fp32", "bf16")
+# The bf16 chapters continue the fp32 ladder: their "× 01", "× prev" and the rows beside
+# them are the fp32 chapters before them.
+LADDER_OF_PRECISION = {"bf16": ("fp32", "bf16")}
 PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
 PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 
@@ -109,6 +115,13 @@ class Report:
                         else len(PYTORCH_ORDER))
             return (1, precision, position, self.chapter)
         return (0, precision, 0, self.chapter)
+
+
+def ladder_group(reports, report):
+    """The reports whose rows `report` is compared with (same precision, or the ladder it
+    continues: LADDER_OF_PRECISION), in ladder order."""
+    precisions = LADDER_OF_PRECISION.get(report.precision, (report.precision,))
+    return [other for other in reports if other.precision in precisions]
 
 
 def fail(message: str):
@@ -241,7 +254,7 @@ class Comparisons:
         self.reports = reports
 
     def _same_precision(self, report):
-        return [other for other in self.reports if other.precision == report.precision]
+        return ladder_group(self.reports, report)
 
     def reference(self, report):
         group = self._same_precision(report)
@@ -364,7 +377,7 @@ def beside_previous_table(report, ladder, layout, columns: list) -> list:
 
 
 def beside_previous_block(run, report, ladder, layout, results_name, columns) -> str:
-    group = [other for other in ladder if other.precision == report.precision]
+    group = ladder_group(ladder, report)
     index = group.index(report)
     before = group[index - 1].label if index > 0 else None
     lines = [generated_note(results_name), "",
@@ -865,6 +878,31 @@ class Writer:
         return True
 
 
+def unmeasured_block(results_name: str) -> str:
+    return "\n".join([generated_note(results_name), "",
+                      f"Not measured: `{results_name}` holds no run of this chapter yet "
+                      "(`scripts/run_ladder.sh` writes one on a GPU machine)."])
+
+
+def render_unmeasured_chapters(root: pathlib.Path, measured: set, results_name: str,
+                               writer) -> list:
+    """The results blocks of every chapter page the run has no report for say so; the
+    pages it wrote."""
+    written = []
+    for readme in sorted((root / "chapters").glob("*/README.md")):
+        if readme.parent.name in measured:
+            continue
+        text = readme.read_text()
+        beside = BESIDE_BEGIN.search(text)
+        blocks = ([(CHAPTER_BEGIN, CHAPTER_END)] if has_markers(text, CHAPTER_BEGIN) else []) + \
+                 ([(beside.group(1), BESIDE_END)] if beside else [])
+        for begin, end in blocks:
+            if writer.replace_between(readme, begin, end, unmeasured_block(results_name)):
+                if readme not in written:
+                    written.append(readme)
+    return written
+
+
 MEASURED_BEGIN = re.compile(r"^[ \t]*<!-- measured:(\S+):begin -->[ \t]*$", re.MULTILINE)
 
 
@@ -947,7 +985,7 @@ def main(argv) -> int:
             written.append(page)
         for report in ladder:
             chapter_readme = args.root / "chapters" / report.chapter / "README.md"
-            if report.precision != "fp32" or not chapter_readme.exists():
+            if report.precision not in PAGE_PRECISIONS or not chapter_readme.exists():
                 continue
             if has_markers(chapter_readme.read_text(), CHAPTER_BEGIN) and writer.replace_between(
                     chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
@@ -961,7 +999,7 @@ def main(argv) -> int:
                 if chapter_readme not in written:
                     written.append(chapter_readme)
             if has_markers(chapter_readme.read_text(), STEP_TIME_BEGIN):
-                group = [other for other in ladder if other.precision == report.precision]
+                group = ladder_group(ladder, report)
                 index = group.index(report)
                 times = [time for time in (step_time(args.root, other)
                                            for other in group[max(0, index - 1):index + 1]) if time]
@@ -974,6 +1012,9 @@ def main(argv) -> int:
                                               step_time_block(times, image.name)):
                         if chapter_readme not in written:
                             written.append(chapter_readme)
+        measured = {report.chapter for report in ladder if report.precision in PAGE_PRECISIONS}
+        written += [page for page in render_unmeasured_chapters(args.root, measured, results_name,
+                                                                writer) if page not in written]
         written += [page for page in render_measured_blocks(args.root, writer)
                     if page not in written]
     if args.check:
