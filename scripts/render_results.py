@@ -28,11 +28,13 @@ and writes, always generated and never edited by hand:
                                          of a bench/ program kept in results/micro/
 
 The tables: per chapter and size, the median time, ms per step, tokens/s, speedup over
-chapter 01 and over the chapter before (same batch, new tokens and precision), the time as
+chapter 01 and over the chapter before (same batch, new tokens and precision; a bf16
+chapter continues the fp32 ladder, so its "before" is the fp32 chapter before it), the time as
 a multiple of the HBM floor (floor_s in the JSON: the bytes a step must move over the copy
 bandwidth measured in the same run), peak allocated and reserved bytes, fragmentation,
 allocations and host synchronisations per step, and whether the tokens equal chapter 01's
-(same token hash at the same batch and new tokens). The main table holds the batch with
+(same token hash at the same batch and new tokens; "no (bf16)" for a bf16 chapter, which
+is held to the bf16 reference instead). The main table holds the batch with
 the most token counts (B = 32: N = 100, 200, 400), the second the batch sweep (N = 100:
 B = 1, 8, 32, 64); the PyTorch rows follow as their own block, where the speedups and the
 token check refer to the PyTorch naive variant of the same precision. Every block names
@@ -287,7 +289,10 @@ class Comparisons:
         mine, theirs = report.rows[size].get("token_hash"), reference.rows[size].get("token_hash")
         if not mine or not theirs:
             return "—"
-        return "yes" if mine == theirs else "**no**"
+        if mine == theirs:
+            return "yes"
+        # A bf16 chapter is held to the bf16 reference, not to fp32's tokens (its page).
+        return "no (bf16)" if report.precision != reference.precision else "**no**"
 
 
 def has_trace(reports) -> bool:
