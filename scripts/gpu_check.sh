@@ -162,11 +162,11 @@ fi
 
 if wants profile; then
   if bash scripts/profile_kernels.sh "$build" > "$out/logs/profile.log" 2>&1; then
-    tar -czf "$out/ncu.tar.gz" -C results ncu
     note "profile: ncu on one step of every chapter (results/ncu)"
   else
-    note "profile: FAILED (logs/profile.log)"; tail -20 "$out/logs/profile.log"
+    note "profile: FAILED for some chapter (logs/profile.log)"; grep -A16 FAILED "$out/logs/profile.log"
   fi
+  [ -d results/ncu ] && tar -czf "$out/ncu.tar.gz" -C results ncu
 fi
 
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"

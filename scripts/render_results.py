@@ -68,7 +68,7 @@ PLOTS = {
     "batch_sweep": "results_batch_sweep.png",
 }
 PYTORCH_ORDER = [variant.chapter for variant in VARIANTS]
-PRECISION_ORDER = ["fp32", "tf32"]
+PRECISION_ORDER = ["fp32", "tf32", "bf16"]
 PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
 PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 

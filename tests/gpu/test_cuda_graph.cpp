@@ -306,6 +306,9 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   CHECK(per_generation(device_loop, "host_syncs_per_step") == Approx(1));
   const double extra_kernels =
       per_generation(device_loop, "kernels_per_step") - per_generation(graphs, "kernels_per_step");
+  CAPTURE(per_generation(interleaved, "kernels_per_step"), per_generation(graphs, "kernels_per_step"),
+          per_generation(device_loop, "kernels_per_step"),
+          per_generation(decode_matmuls, "kernels_per_step"));
   CHECK(extra_kernels >= -0.5);
   CHECK(extra_kernels < graphs.at("kernels_per_step").get<double>());
   CHECK(per_generation(graphs, "kernels_per_step") ==
