@@ -9,7 +9,8 @@
 #   hf        full-size random GPT-2 small from transformers: every chapter's greedy tokens
 #             must equal Hugging Face's (needs torch and transformers)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
-#             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those)
+#             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
+#             decode-matmul and bf16 kernel tests
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
 #   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16]):
 #             quick, before the chapters' tests
@@ -115,12 +116,26 @@ if wants sanitize; then
     [ "$name" = 00_cpu_reference ] && continue  # no device code to check
     [ -n "${LADDER_SANITIZE_CHAPTERS:-}" ] && ! echo " $LADDER_SANITIZE_CHAPTERS " | grep -q " ${name%%_*} " && continue
     for tool in memcheck racecheck; do
+      new_tokens=6
+      # racecheck ends the process once a WHILE node's body runs (08 on; measured on driver
+      # 580, memcheck and synccheck do not): there it checks the prefill and the graph's
+      # launch with one new token, and the kernels of the body below, through the tests.
+      [ "$tool" = racecheck ] && [ "${name%%_*}" -ge 8 ] && new_tokens=1
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$chapter" \
-        --weights tests/data/golden_model --batch 3 --random-prompt-length 4 --new-tokens 6 \
-        --runs 1 --warmup 0 --quiet > "$out/logs/$name.$tool.log" 2>&1
+        --weights tests/data/golden_model --batch 3 --random-prompt-length 4 \
+        --new-tokens "$new_tokens" --runs 1 --warmup 0 --quiet > "$out/logs/$name.$tool.log" 2>&1
       status=$?
-      note "$tool $name: exit $status, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/logs/$name.$tool.log" | tail -1)"
+      note "$tool $name (N = $new_tokens): exit $status, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/logs/$name.$tool.log" | tail -1)"
     done
+  done
+  # The decode-matmul and bf16 kernels of chapters 09 on, under racecheck one by one
+  # (LADDER_SANITIZE_KERNELS=0 skips them: minutes).
+  [ "${LADDER_SANITIZE_KERNELS:-1}" = 0 ] && kernel_tags=() || kernel_tags=("[decode_matmul]" "[bf16]")
+  for tag in "${kernel_tags[@]}"; do
+    name=$(echo "$tag" | tr -d '[]')
+    timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/gpu_tests" \
+      "$tag" > "$out/logs/gpu_tests.$name.racecheck.log" 2>&1
+    note "racecheck gpu_tests $tag: exit $?, $(grep -h 'RACECHECK SUMMARY' "$out/logs/gpu_tests.$name.racecheck.log" | tail -1)"
   done
 fi
 

@@ -18,9 +18,10 @@
 # Chapters that run the whole generation as one graph with a WHILE node (08 on) launch no
 # kernel of their own in the timed run, and ncu does not profile the kernels of a
 # conditional node's body one by one. For them the profiled step is the prefill their first
-# generation runs plainly before it captures (NVTX range "warm-up run"): with the default
-# one-token prompt, the step's products on the decode step's shapes (B = 32 rows); only the
-# attention differs (one position).
+# generation runs plainly before it captures (NVTX range "warm-up run/prefill", which holds
+# every launch of that step but its argmax): with the default one-token prompt, the step's
+# products on the decode step's shapes (B = 32 rows); the attention and the cache writes
+# are the prefill's kernels.
 # A chapter that fails under ncu is reported and skipped; the exit status says whether any did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,15 +54,17 @@ graphs = (row.get('graph_launches_per_step') or 0) * row['steps']
 print(max(1, round(row['kernels_per_step'])), int(round(graphs) == 1))" "$json")
   range="timed run/"
   skip=$((per_step * 50))
-  where="one step halfway through the run"
+  count=$per_step
+  where="$per_step launches, one step halfway through the run"
   if [ "$one_graph" = 1 ]; then
-    range="warm-up run/"
+    range="warm-up run/prefill/"
     skip=0
-    where="the plain prefill step of the first generation (one-token prompt: B = 32 rows)"
+    count=100000  # every launch in the range
+    where="the first generation's plain prefill (one-token prompt: B = 32 rows; not its argmax)"
   fi
-  echo "$chapter: profiling $per_step launches, $where" >&2
+  echo "$chapter: profiling $where" >&2
   if ! ncu --nvtx --nvtx-include "$range" --launch-skip "$skip" \
-      --launch-count "$per_step" --metrics "$metrics" --force-overwrite \
+      --launch-count "$count" --metrics "$metrics" --force-overwrite \
       --export "$scratch/$chapter" \
       "$executable" --batch 32 --new-tokens 100 --runs 1 --warmup 1 --quiet \
       > "$scratch/$chapter.ncu.log" 2>&1 ||
