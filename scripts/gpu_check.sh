@@ -19,6 +19,10 @@
 #   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
 #             then the CPU test of the bf16 reference against it
 #   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
+#   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
+#             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
+#   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
+#             (LADDER_PYTORCH_FLAGS, e.g. "--precision bf16 --variants static,compile")
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
 # If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
 # access), they are unpacked and used.
@@ -53,7 +57,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants kernels || wants hf || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile; then
+if wants test || wants kernels || wants hf || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants ladder; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -175,7 +179,30 @@ if wants micro; then
   tar -czf "$out/bench.tar.gz" -C "$out" bench && rm -rf "$out/bench"
 fi
 
+if wants ladder || wants pytorch; then
+  mkdir -p "$out/ladder"
+  if wants ladder; then
+    if bash scripts/run_ladder.sh "$out/ladder" --no-pytorch > "$out/logs/ladder.log" 2>&1; then
+      note "ladder: every chapter measured ($(grep -c '^===' "$out/logs/ladder.log") runs)"
+    else
+      note "ladder: FAILED (logs/ladder.log)"; tail -20 "$out/logs/ladder.log"
+    fi
+  fi
+  if wants pytorch; then
+    # shellcheck disable=SC2086  # LADDER_PYTORCH_FLAGS is a list of flags
+    if python3 scripts/pytorch_baseline.py --out "$out/ladder" --new-tokens 100,200,400 \
+        --runs "${LADDER_PYTORCH_RUNS:-3}" --naive-runs "${LADDER_PYTORCH_RUNS:-3}" \
+        ${LADDER_PYTORCH_FLAGS:-} > "$out/logs/pytorch.log" 2>&1; then
+      note "pytorch: $(ls "$out"/ladder/pytorch_*.json 2>/dev/null | wc -l) variant files"
+    else
+      note "pytorch: FAILED (logs/pytorch.log)"; tail -20 "$out/logs/pytorch.log"
+    fi
+  fi
+fi
+
 if wants profile; then
+  # kernels per step from this call's ladder run where there was one
+  [ -d "$out/ladder" ] && export LADDER_PROFILE_RESULTS=${LADDER_PROFILE_RESULTS:-$out/ladder}
   if bash scripts/profile_kernels.sh "$build" > "$out/logs/profile.log" 2>&1; then
     note "profile: ncu on one step of every chapter (results/ncu)"
   else
@@ -183,6 +210,7 @@ if wants profile; then
   fi
   [ -d results/ncu ] && tar -czf "$out/ncu.tar.gz" -C results ncu
 fi
+[ -d "$out/ladder" ] && tar -czf "$out/ladder.tar.gz" -C "$out" ladder && rm -rf "$out/ladder"
 
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 printf '%s\n' "${summary[@]}" > "$out/summary.txt"

@@ -4,7 +4,8 @@
 #   bash scripts/profile_kernels.sh [BUILD_DIR]     (default build/native)
 #
 # Kernels per step come from results/latest/NN_name.json, or from the folder
-# LADDER_PROFILE_RESULTS names (a run not yet committed).
+# LADDER_PROFILE_RESULTS names (a run not yet committed). LADDER_PROFILE_CHAPTERS="09 10"
+# profiles those chapters only.
 #
 # For each chapter executable in BUILD_DIR/chapters: one timed run of the default
 # workload (B = 32, 100 new tokens, BOS prompt), and inside it (NVTX range "timed run")
@@ -40,6 +41,8 @@ failed=0
 for executable in "$build"/chapters/[0-9][0-9]_*; do
   [ -x "$executable" ] || continue
   chapter=$(basename "$executable")
+  [ -n "${LADDER_PROFILE_CHAPTERS:-}" ] &&
+    ! echo " $LADDER_PROFILE_CHAPTERS " | grep -q " ${chapter%%_*} " && continue
   json=${LADDER_PROFILE_RESULTS:-results/latest}/$chapter.json
   if [ ! -f "$json" ]; then
     echo "skipping $chapter: no $json (its kernels per step) committed" >&2
