@@ -120,10 +120,13 @@ class Report:
 
 
 def ladder_group(reports, report):
-    """The reports whose rows `report` is compared with (same precision, or the ladder it
-    continues: LADDER_OF_PRECISION), in ladder order."""
-    precisions = LADDER_OF_PRECISION.get(report.precision, (report.precision,))
-    return [other for other in reports if other.precision in precisions]
+    """The reports whose rows `report` is compared with, in ladder order: the same
+    precision, or for a chapter the ladder its precision continues (LADDER_OF_PRECISION);
+    a PyTorch variant keeps to its own precision."""
+    precisions = (LADDER_OF_PRECISION.get(report.precision, (report.precision,))
+                  if not report.is_pytorch else (report.precision,))
+    return [other for other in reports
+            if other.precision in precisions and other.is_pytorch == report.is_pytorch]
 
 
 def fail(message: str):
