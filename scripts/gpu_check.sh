@@ -102,9 +102,22 @@ if wants hf; then
       name=$(basename "$chapter")
       "$chapter" --weights "$hf_dir" --prompt-file "$hf_dir/prompts.txt" --batch 4 \
         --new-tokens 16 --runs 1 --warmup 0 --quiet --dump-tokens "$out/logs/$name.hf_tokens.txt" \
-        >> "$out/logs/hf.log" 2>&1
+        --json "$out/logs/$name.hf.json" >> "$out/logs/hf.log" 2>&1
+      precision=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1])).get('precision', 'fp32'))" \
+        "$out/logs/$name.hf.json" 2>/dev/null || echo fp32)
       if cmp -s "$hf_dir/hf_tokens.txt" "$out/logs/$name.hf_tokens.txt"; then
         note "hf gpt2-small: $name tokens equal Hugging Face's"
+      elif [ "$precision" = bf16 ]; then
+        # bf16 is held to the CPU reference's bf16 mode (the tests); against fp32 it agrees
+        # until a small top-2 margin flips a token, and the row follows another path after
+        note "hf gpt2-small: $name (bf16) against Hugging Face's fp32: $(python3 -c "
+import sys
+hf = [line.split() for line in open(sys.argv[1])]
+ours = [line.split() for line in open(sys.argv[2])]
+same = sum(a == b for x, y in zip(hf, ours) for a, b in zip(x, y))
+first = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x)) for x, y in zip(hf, ours)]
+print(f'{same} of {sum(map(len, hf))} tokens equal; first difference per row at step', first)
+" "$hf_dir/hf_tokens.txt" "$out/logs/$name.hf_tokens.txt" 2>&1)"
       else
         note "hf gpt2-small: $name tokens DIFFER from Hugging Face's"
       fi
