@@ -306,10 +306,21 @@ TEST_CASE("an impossible size fails with a clear out-of-memory line", "[chapters
 
 namespace {
 
+/// The largest logit error against the bf16 reference, relative to the largest logit: on
+/// the 2-layer test model (the chapter agrees to about 1e-7 there, the rounding points
+/// being the reference's) and on GPT-2 small. Twelve layers carry more bf16 rounding
+/// flips: a sum that lands on the other side of a rounding boundary moves a stored value
+/// by one unit of the 8-bit mantissa (0.4%), and the layers after it carry that on. The
+/// reference itself, with its matmul sums in float instead of double, differs from itself
+/// by up to 1.23% (median 0.95%) on the teacher-forced sequences below
+/// (results/experiments/bf16_summation_order): a bound under that would fail any order of
+/// summation but the reference's own.
 constexpr double kBfloatLogitsTolerance = 1e-2;
+constexpr double kGpt2SmallBfloatLogitsTolerance = 2e-2;
 /// A tolerated logit error e can swap the top two only where the reference's relative
 /// top-2 margin is below 2e (common/precision_comparison.hpp).
-constexpr double kBfloatMarginTolerance = 2 * kBfloatLogitsTolerance;
+constexpr double margin_tolerance(double logits_tolerance) { return 2 * logits_tolerance; }
+constexpr double kBfloatMarginTolerance = margin_tolerance(kBfloatLogitsTolerance);
 
 /// One line per (step, row) of `pairs`, after `title`, in the test's output: the steps
 /// where greedy decoding is fragile are listed, never hidden.
@@ -323,11 +334,12 @@ void print_steps(const std::string& title, const std::vector<ladder::StepRow>& p
 /// Free-running greedy generation of every bf16 chapter with `arguments` against the
 /// bf16 reference's `expected` (with logits): each row's tokens equal the reference's
 /// up to the end, or up to a first divergent step where the reference's own margin is
-/// below kBfloatMarginTolerance (from there on the row's inputs differ, so the rest of
+/// below margin_tolerance(tolerance) (from there on the row's inputs differ, so the rest of
 /// it says nothing about rounding); the logits of every step up to a row's first
-/// divergence within kBfloatLogitsTolerance.
+/// divergence within `tolerance`.
 void check_bf16_generation(const std::vector<std::string>& arguments,
-                           const reference::Generation& expected, int vocab_size) {
+                           const reference::Generation& expected, int vocab_size,
+                           double tolerance) {
   REQUIRE_FALSE(ladder::testing::bf16_chapter_names().empty());
   for (const std::string& chapter : ladder::testing::bf16_chapter_names()) {
     INFO("chapter " << chapter);
@@ -338,7 +350,7 @@ void check_bf16_generation(const std::vector<std::string>& arguments,
     REQUIRE(steps > 0);
     const ladder::PrecisionComparison comparison =
         ladder::compare_logit_sequences(output.logits.data(), expected.logits.data(), steps,
-                                        output.batch, vocab_size, kBfloatMarginTolerance);
+                                        output.batch, vocab_size, margin_tolerance(tolerance));
     std::printf("%s against the bf16 reference: %s\n", chapter.c_str(),
                 ladder::describe(comparison).c_str());
     print_steps("  small reference margins", comparison.small_margins);
@@ -362,15 +374,16 @@ void check_bf16_generation(const std::vector<std::string>& arguments,
       }
     }
     INFO("largest logits relative error up to each row's first divergence: " << worst);
-    CHECK(worst <= kBfloatLogitsTolerance);
+    CHECK(worst <= tolerance);
   }
 }
 
 }  // namespace
 
-TEST_CASE("bf16 chapters: teacher-forced logits within 1e-2 of the bf16 reference (GPT-2 small)",
+TEST_CASE("bf16 chapters: teacher-forced logits within 2e-2 of the bf16 reference (GPT-2 small)",
           "[chapters][bf16][chapter10]") {
-  check_full_size_teacher_forced(ladder::testing::bf16_chapter_names(), kBfloatLogitsTolerance,
+  check_full_size_teacher_forced(ladder::testing::bf16_chapter_names(),
+                                 kGpt2SmallBfloatLogitsTolerance,
                                  reference::Precision::bf16);
 }
 
@@ -402,7 +415,7 @@ TEST_CASE("bf16 chapters: per-row random prompts give the bf16 reference's token
     check_bf16_generation(
         c.arguments(),
         reference::generate(golden_model, c.prompts(golden.config).rows(), c.new_tokens, eos, true),
-        golden.config.vocab_size);
+        golden.config.vocab_size, kBfloatLogitsTolerance);
   }
 
   const ladder::Gpt2Config config;  // GPT-2 small
@@ -413,7 +426,8 @@ TEST_CASE("bf16 chapters: per-row random prompts give the bf16 reference's token
   INFO("GPT-2 small, batch 4, prompt length 8");
   check_bf16_generation(
       {"--batch", "4", "--new-tokens", "24", "--random-prompt-length", "8", "--seed", "0"},
-      reference::generate(model, prompts.rows(), 24, config.eos_token_id, true), config.vocab_size);
+      reference::generate(model, prompts.rows(), 24, config.eos_token_id, true), config.vocab_size,
+      kGpt2SmallBfloatLogitsTolerance);
 }
 
 TEST_CASE("bf16 chapters: the BOS workload at B = 32 gives the bf16 reference's tokens",
@@ -424,7 +438,7 @@ TEST_CASE("bf16 chapters: the BOS workload at B = 32 gives the bf16 reference's 
   const ladder::PromptBatch prompts = ladder::bos_prompts(32, config.bos_token_id);
   check_bf16_generation({"--batch", "32", "--new-tokens", "16"},
                         reference::generate(model, prompts.rows(), 16, config.eos_token_id, true),
-                        config.vocab_size);
+                        config.vocab_size, kGpt2SmallBfloatLogitsTolerance);
 }
 
 TEST_CASE("bf16 chapters: repeat runs are bit-identical, tokens and logits",
