@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "kernels/argmax_order.cuh"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/device_primitives.cuh"
@@ -49,7 +51,8 @@ struct DecodeMatmulArguments {
   int splits;
   int chunks_per_split;
   DecodeEpilogue epilogue;
-  bool out_pairs;  ///< N even and out aligned to two outputs: paired stores
+  bool out_pairs;     ///< N even and out aligned to two outputs: paired stores
+  bool programmatic;  ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic)
 };
 
 // ---------------------------------------------------------------- host side
@@ -113,7 +116,8 @@ template <typename Element, typename Output>
 DecodeMatmulArguments<Element, Output> product_arguments(
     const char* launcher, const Element* x, const Element* weight, const Element* bias, Output* out,
     float* candidate_values, std::int32_t* candidate_indices, int B, int K, int N, int padded_rows,
-    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, DecodeMatmulWorkspace& workspace) {
+    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, DecodeMatmulWorkspace& workspace,
+    DecodeLaunch launch) {
   constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
   launch_checks::require(launch_checks::is_16_byte_aligned(weight), launcher,
                          "the packed weight must be 16-byte aligned");
@@ -144,7 +148,48 @@ DecodeMatmulArguments<Element, Output> product_arguments(
   arguments.epilogue = epilogue;
   arguments.out_pairs = out != nullptr && N % 2 == 0 &&
                         reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
+  arguments.programmatic = launch == DecodeLaunch::kProgrammatic;
   return arguments;
+}
+
+/// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
+/// memory; with DecodeLaunch::kProgrammatic it carries the programmatic stream
+/// serialization attribute (decode_matmul.cuh), otherwise it is a plain launch.
+template <typename Arguments>
+void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
+                           const Arguments& arguments, DecodeLaunch launch, cudaStream_t stream) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = launch == DecodeLaunch::kProgrammatic ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, arguments));
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+// ---------------------------------------------------------------- grid dependency control
+
+/// Waits until the kernel before this one on the stream has completed and its writes
+/// are visible (griddepcontrol.wait). Returns at once when the launch was not a
+/// programmatic dependent one, or on GPUs before sm_90 (no such launch exists there).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Lets the kernel after this one on the stream launch once every block of this grid has
+/// called it or exited (griddepcontrol.launch_dependents). It promises nothing about
+/// this grid's writes: the dependent's wait_for_previous_kernel waits for completion.
+__device__ __forceinline__ void allow_next_kernel_to_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // ---------------------------------------------------------------- the kernels' tail

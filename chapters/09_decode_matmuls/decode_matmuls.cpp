@@ -96,7 +96,9 @@ class Gpt2Decoder final : public Decoder {
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 09: the step's products on the decode kernels, every matrix
         // weight packed once, here, into the layout they stream; --tf32 picks the TF32 ones.
-        step_(model, options.allow_tf32) {
+        // Each is a programmatic dependent launch: it streams its first weight chunks
+        // while the kernel before it finishes, and waits for it before reading x.
+        step_(model, options.allow_tf32, DecodeLaunch::kProgrammatic) {
     // NEW in chapter 08: a GPU or driver without conditional graph nodes stops here.
     require_conditional_nodes();
   }
