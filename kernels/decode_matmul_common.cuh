@@ -57,6 +57,14 @@ struct DecodeMatmulArguments {
 
 // ---------------------------------------------------------------- host side
 
+/// The kernels' limit on B: all B rows of x for a chunk sit in shared memory (or in the
+/// mma fragments) beside the weight, in row tiles of at most kDecodeMaxRows.
+inline void require_decode_rows(const char* launcher, int B) {
+  launch_checks::require_at_most(launcher, "B", B, kDecodeMaxRows,
+                                 "the decode matmuls hold all rows of x on chip (larger batches: "
+                                 "slices of 64 rows, DecodeStepContext)");
+}
+
 /// The plan of a product cut into chunks of `chunk_rows` inputs of K, row tile
 /// `row_tile`, the splits that take the fewest waves x chunks per block
 /// (choose_decode_splits). Throws std::invalid_argument, naming `caller`, on B outside
@@ -65,9 +73,7 @@ inline DecodeMatmulPlan plan_decode_chunks(const char* caller, int B, int K, int
                                            int multiprocessors, int row_tile, int chunk_rows) {
   launch_checks::require_positive(
       caller, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  if (B > kDecodeMaxRows)
-    launch_checks::fail(caller, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
-                                    std::to_string(B) + ")");
+  require_decode_rows(caller, B);
   DecodeMatmulPlan plan;
   plan.row_tile = row_tile;
   plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
@@ -94,7 +100,7 @@ inline void check_product_arguments(const char* launcher, const void* x, const v
     launch_checks::require_not_null(launcher, "bias", bias);
   }
   launch_checks::require_positive(launcher, {{"B", B}, {"K", K}, {"N", N}});
-  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+  require_decode_rows(launcher, B);
 }
 
 /// The checks of launch_decode_lm_head and its bf16 twin.
@@ -107,7 +113,7 @@ inline void check_lm_head_arguments(const char* launcher, const void* x, const v
   launch_checks::require(logits != nullptr || candidate_values != nullptr, launcher,
                          "nothing to write: give logits, candidates or both");
   launch_checks::require_positive(launcher, {{"B", B}, {"C", C}, {"V", V}});
-  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+  require_decode_rows(launcher, B);
 }
 
 /// The arguments of one product under `plan`, after the checks every product shares
