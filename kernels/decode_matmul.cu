@@ -446,7 +446,7 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
                   static_cast<unsigned int>(plan.column_tiles));
   decode_common::launch_product_kernel(
       kernel_for(plan.row_tile, precision, x_vector), grid,
-      static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)), arguments, launch, stream);
+      static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)), arguments, stream);
 }
 
 /// The floats of the [rows, columns] device matrix at `device`, on the host.
@@ -556,6 +556,9 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  programmatic_launches_ = major >= 9;
   partial_floats_ = max_partial_floats(multiprocessors_);
   tile_counter_count_ = kTargetBlocksPerMultiprocessor * multiprocessors_;
   CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));

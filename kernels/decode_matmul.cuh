@@ -52,8 +52,8 @@
 // bf16: the first four chunks into registers), which no kernel of the step writes. The
 // wait returns when the previous kernel has completed and its writes are visible; only
 // then are x, the residual stream, the workspace and out read or written. A kernel
-// launched without the attribute passes the wait at once, so the two launches run the
-// same code and give the same bits.
+// launched without the attribute passes the wait at once (and skips the L2 prefetch), so
+// the two launches do the same arithmetic in the same order and give the same bits.
 // The kernel before (the primary) needs nothing for correctness: the wait is for its
 // completion, not for a signal. It decides how early the product may launch. One that
 // never signals (chapter 09's LayerNorm and attention kernels, plain launches) signals
@@ -66,7 +66,9 @@
 // wait still waits for completion) but would let the next product's prefetch compete
 // with this one's weight stream.
 // In a CUDA graph: stream capture turns the attribute into a programmatic edge between
-// the two kernel nodes, so the captured step behaves as the stream does.
+// the two kernel nodes, so the captured step behaves as the stream does. In the sm_90
+// SASS the wait is ACQBULK and the signal PREEXIT (the kernels' promises, checked by
+// scripts/kernel_report.py).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -99,8 +101,8 @@ enum class DecodePrecision { kFp32, kTf32 };
 enum class DecodeLaunch {
   kAfterPrevious,  ///< a plain launch: the blocks start once the previous kernel finished
   kProgrammatic,   ///< programmatic dependent launch: the blocks may start earlier and
-                   ///< stream their weight until griddepcontrol.wait (sm_90 and later;
-                   ///< older GPUs run it as a plain launch)
+                   ///< stream their weight until griddepcontrol.wait (compute capability
+                   ///< 9.0 on; elsewhere a plain launch, DecodeMatmulWorkspace)
 };
 
 /// How one product is cut into blocks (a pure function of the shape, the precision and
@@ -181,6 +183,9 @@ class DecodeMatmulWorkspace {
   DecodeMatmulWorkspace& operator=(const DecodeMatmulWorkspace&) = delete;
 
   int multiprocessors() const { return multiprocessors_; }
+  /// Whether the device runs programmatic dependent launches (compute capability 9.0
+  /// on); where it does not, DecodeLaunch::kProgrammatic launches plainly.
+  bool programmatic_launches() const { return programmatic_launches_; }
   float* partials() const { return partials_; }
   std::size_t partial_floats() const { return partial_floats_; }
   unsigned int* tile_counters() const { return tile_counters_; }
@@ -188,6 +193,7 @@ class DecodeMatmulWorkspace {
 
  private:
   int multiprocessors_ = 0;
+  bool programmatic_launches_ = false;
   float* partials_ = nullptr;
   std::size_t partial_floats_ = 0;
   unsigned int* tile_counters_ = nullptr;

@@ -206,7 +206,7 @@ void run_product(const char* launcher, const __nv_bfloat16* x, const __nv_bfloat
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
   decode_common::launch_product_kernel(kernel_for<Out>(plan.row_tile, x_vector), grid,
-                                       /*shared_bytes=*/0, arguments, launch, stream);
+                                       /*shared_bytes=*/0, arguments, stream);
 }
 
 }  // namespace

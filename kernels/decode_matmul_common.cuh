@@ -52,7 +52,8 @@ struct DecodeMatmulArguments {
   int chunks_per_split;
   DecodeEpilogue epilogue;
   bool out_pairs;     ///< N even and out aligned to two outputs: paired stores
-  bool programmatic;  ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic)
+  bool programmatic;  ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic,
+                      ///< on a device that runs them)
 };
 
 // ---------------------------------------------------------------- host side
@@ -154,16 +155,17 @@ DecodeMatmulArguments<Element, Output> product_arguments(
   arguments.epilogue = epilogue;
   arguments.out_pairs = out != nullptr && N % 2 == 0 &&
                         reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
-  arguments.programmatic = launch == DecodeLaunch::kProgrammatic;
+  arguments.programmatic =
+      launch == DecodeLaunch::kProgrammatic && workspace.programmatic_launches();
   return arguments;
 }
 
 /// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
-/// memory; with DecodeLaunch::kProgrammatic it carries the programmatic stream
-/// serialization attribute (decode_matmul.cuh), otherwise it is a plain launch.
+/// memory; when arguments.programmatic it carries the programmatic stream serialization
+/// attribute (decode_matmul.cuh), otherwise it is a plain launch.
 template <typename Arguments>
 void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
-                           const Arguments& arguments, DecodeLaunch launch, cudaStream_t stream) {
+                           const Arguments& arguments, cudaStream_t stream) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -173,7 +175,7 @@ void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t sha
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = launch == DecodeLaunch::kProgrammatic ? 1 : 0;
+  config.numAttrs = arguments.programmatic ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, arguments));
   CUDA_CHECK_LAUNCH(stream);
 }

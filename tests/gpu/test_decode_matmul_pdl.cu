@@ -214,14 +214,6 @@ std::size_t programmatic_edges(cudaGraph_t graph) {
   return programmatic;
 }
 
-bool device_has_programmatic_launch() {
-  int device = 0;
-  int major = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9;
-}
-
 /// Counts the WHILE loop's passes down: the condition is cleared on the last.
 __global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* passes_left) {
   *passes_left -= 1;
@@ -251,7 +243,7 @@ void check_launches_agree(const Chain& chain, int B) {
   // Captured: the attribute becomes programmatic edges between the kernel nodes.
   const CudaGraph graph = capture_graph(
       stream, [&] { layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic); }, "PDL chain");
-  if (device_has_programmatic_launch()) CHECK(programmatic_edges(graph.get()) > 0);
+  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
   const CudaGraphExec executable(graph, "PDL chain");
   layer.reset();
   executable.launch(stream);
@@ -274,7 +266,7 @@ void check_launches_agree(const Chain& chain, int B) {
         CUDA_CHECK_LAUNCH(stream);
       },
       "PDL loop body");
-  if (device_has_programmatic_launch()) CHECK(programmatic_edges(body) > 0);
+  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
   const CudaGraphExec loop_executable(loop, "PDL loop");
   layer.reset();
   passes_left.upload(std::vector<int>{kRepeats});

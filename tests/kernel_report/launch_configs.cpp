@@ -7,10 +7,10 @@
 // entry points itself (the functions that nvcc's `kernel<<<grid, block, shared,
 // stream>>>` expands into, and cudaLaunchKernelExC, which cudaLaunchKernelEx calls), so
 // a launcher's launch is recorded instead of sent to a device. The decode matmuls'
-// workspace asks the device for its multiprocessors and memory: answered here as an
-// H200 would (132 multiprocessors), with fake addresses. Every launcher is called with the shapes
-// the chapters pass and with fake, 256-byte aligned device addresses (never dereferenced: no kernel
-// runs). Output, one line per launch, tab-separated:
+// workspace asks the device for its multiprocessors, compute capability and memory:
+// answered here as an H200 would (132 multiprocessors, 9.0), with fake addresses. Every launcher is
+// called with the shapes the chapters pass and with fake, 256-byte aligned device addresses (never
+// dereferenced: no kernel runs). Output, one line per launch, tab-separated:
 //   workload  launcher  kernel-offset  grid.x,y,z  block.x,y,z  dynamic-shared-bytes
 // kernel-offset is the kernel's host stub address minus kernel_report_anchor's, which
 // scripts/kernel_report.py turns into the kernel's name with nm.
@@ -121,8 +121,13 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int /*device*/) {
-  if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
-  *value = kReportMultiprocessors;
+  if (attribute == cudaDevAttrMultiProcessorCount) {
+    *value = kReportMultiprocessors;
+  } else if (attribute == cudaDevAttrComputeCapabilityMajor) {
+    *value = 9;
+  } else {
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 
