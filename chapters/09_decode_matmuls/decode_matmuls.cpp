@@ -15,7 +15,8 @@
 // logits, each 64-column tile's best (value, index) per row, so the argmax reads 786
 // candidates per row instead of 50257 logits. --tf32 selects the TF32 tensor-core
 // kernels. The prefill's B x T rows take the same kernels, 64 rows at a time. The graph
-// and its WHILE loop are chapter 08's.
+// and its WHILE loop are chapter 08's; inside it every product is a programmatic
+// dependent launch, streaming its first weight chunks while the kernel before finishes.
 //
 // Run:      build/native/chapters/09_decode_matmuls        (B = 32; N = 100, 200, 400)
 // Profile:  ncu --kernel-name regex:decode_matmul --metrics
