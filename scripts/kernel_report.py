@@ -115,6 +115,7 @@ def demangle(names):
 def short_name(name):
     """'void ladder::(anonymous namespace)::k<4, 1>(float*, ...)' -> 'k<4, 1>'."""
     name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"(?:<|\b)unnamed>::", "", name)  # ncu's spelling of the same namespace
     if name.startswith("void "):
         name = name[len("void "):]
     name = name.split("(")[0].strip()
@@ -346,7 +347,13 @@ def measured_by_ncu(chapter):
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as handle:
-        return {short_name(row["kernel"]): row for row in csv.DictReader(handle)}
+        return {ncu_key(row["kernel"]): row for row in csv.DictReader(handle)}
+
+
+def ncu_key(name):
+    """ncu spells a kernel's bool template arguments 0 and 1 where cuobjdump and CUPTI say
+    false and true: one spelling to match them by."""
+    return re.sub(r"\bfalse\b", "0", re.sub(r"\btrue\b", "1", short_name(name)))
 
 
 def kernel_launchers():
@@ -426,10 +433,15 @@ def render(build, kernels, configurations, occupancy_of, promises):
         "  minimal traffic, formula below), **took**: CUPTI's GPU time per step, and the bandwidth",
         "  the two imply as a share of the copy bandwidth measured in the same run (above 100%:",
         "  the data came from the L2 cache, 50 MB on the H200, where the kernel before left it).",
-        "- **ncu**: Nsight Compute on one step halfway through the run: GPU time, DRAM bytes",
-        "  read + written (and the bandwidth they imply as a share of the copy bandwidth),",
-        "  achieved occupancy; \"not measured\" until `scripts/profile_kernels.sh` has run on the",
-        "  GPU and its `results/ncu/` files are committed.",
+        "- **ncu**: Nsight Compute on one step halfway through the run (chapters 08 on, whose",
+        "  loop runs inside a conditional graph node that ncu does not profile kernel by kernel:",
+        "  the plain prefill of the first generation, the same products on the same shapes at",
+        "  the default one-token prompt): GPU time, DRAM bytes read + written (and the bandwidth",
+        "  they imply as a share of the copy bandwidth), achieved occupancy. ncu runs each kernel",
+        "  alone with its clocks at base and the caches flushed, so its times are longer than",
+        "  the trace's; its DRAM bytes are the kernel's own. \"not measured\" until",
+        "  `scripts/profile_kernels.sh` has run on the GPU and its `results/ncu/` files are",
+        "  committed.",
         "",
         "Library kernels (cuBLASLt's matmuls) have no objects here; their rows show the trace",
         "only.",
@@ -569,7 +581,7 @@ def occupancy_cell(info, records, occupancy_of):
 def ncu_cell(ncu, name, bandwidth):
     if ncu is None:
         return "not measured"
-    row = ncu.get(name)
+    row = ncu.get(ncu_key(name))
     if row is None:
         return "-"
     moved = float(row["dram_read_bytes"]) + float(row["dram_write_bytes"])
@@ -582,8 +594,9 @@ def ncu_cell(ncu, name, bandwidth):
 
 # ---------------------------------------------------------------- Nsight Compute import
 
-NCU_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # to us
-             "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "": 1.0}
+NCU_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,  # to us
+             "ms": 1e3, "second": 1e6, "s": 1e6,
+             "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0}
 
 
 def import_ncu(raw_csv, chapter):
@@ -602,7 +615,12 @@ def import_ncu(raw_csv, chapter):
         if metric not in row:
             fail(f"{raw_csv}: no column {metric}")
         number = float(row[metric].replace(",", "") or 0)
-        return number * NCU_UNITS.get(units.get(metric, "").strip(), 1.0)
+        unit = units.get(metric, "").strip()
+        if metric == "gpu__time_duration.sum" and unit not in NCU_UNITS:
+            # --print-units base gives nanoseconds; a file without its units row cannot say
+            fail(f"{raw_csv}: the unit of {metric} is {unit or 'missing'!r}, not one this "
+                 "script converts")
+        return number * NCU_UNITS.get(unit, 1.0)
 
     totals = {}
     for row in launches:

@@ -280,6 +280,9 @@ void record_all() {
     ladder::launch_embedding_at_cursor_bf16(tokens, cursor, bf16_weight, bf16_bias, bf16_y, B, C,
                                             kStream);
   });
+  record("decode", "launch_embedding_bf16", [&] {
+    ladder::launch_embedding_bf16(tokens, positions, bf16_weight, bf16_bias, bf16_y, B, C, kStream);
+  });
   record("decode", "launch_layernorm_bf16", [&] {
     ladder::launch_layernorm_bf16(bf16_x, bf16_weight, bf16_bias, bf16_y, B, C, kEps, kStream);
   });
