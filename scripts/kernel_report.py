@@ -21,6 +21,8 @@ and cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump); no GPU. It r
     bandwidth of that run; results/ncu/NN_*.csv, once committed: Nsight Compute's
     measurements (scripts/profile_kernels.sh).
 The check (--check) fails when a kernel on a chapter's path uses local memory (spills),
+when one of ours has no recorded launch (no launch configuration, no occupancy), when a
+launcher a chapter calls is not recorded by tests/kernel_launch_configs,
 when a kernel's SASS lacks an instruction its comment promises (a line
 `// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel), or when
 docs/kernels.md is not what this script writes.
@@ -354,6 +356,30 @@ def ncu_key(name):
     return re.sub(r"\bfalse\b", "0", re.sub(r"\btrue\b", "1", short_name(name)))
 
 
+def kernel_launchers():
+    """The launchers kernels/*.cuh declare (`void launch_xxx(`)."""
+    names = set()
+    for header in glob.glob(os.path.join(ROOT, "kernels", "*.cuh")):
+        names.update(re.findall(r"\bvoid\s+(launch_\w+)\s*\(",
+                                open(header, encoding="utf-8").read()))
+    return names
+
+
+def chapter_launchers(chapter):
+    """The kernel launchers a chapter's step calls: in its sources, and in the common/
+    headers they include (a step context such as common/decode_step_context.hpp calls
+    the launchers for the chapter)."""
+    text = ""
+    for source in sorted(glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*"))):
+        source_text = open(source, encoding="utf-8").read()
+        text += source_text
+        for header in re.findall(r'#include\s+"(common/\w+\.hpp)"', source_text):
+            path = os.path.join(ROOT, header)
+            if os.path.exists(path):
+                text += open(path, encoding="utf-8").read()
+    return set(re.findall(r"\b(launch_\w+)\s*\(", text)) & kernel_launchers()
+
+
 def chapter_path(chapter, configurations):
     """The kernels of a chapter's step: [(short name, us/step, launches/step, ours)] from its
     committed CUPTI trace; without one, the kernels of the launchers its source calls (no
@@ -363,10 +389,7 @@ def chapter_path(chapter, configurations):
     if traced is not None:
         return [(short_name(name), us, launches, "ladder::" in name)
                 for name, us, launches in traced], True, []
-    text = ""
-    for source in sorted(glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*"))):
-        text += open(source, encoding="utf-8").read()
-    launchers = set(re.findall(r"\b(launch_\w+)\s*\(", text))
+    launchers = chapter_launchers(chapter)
     recorded = {record[1] for records in configurations.values() for record in records}
     names = sorted({kernel for kernel, records in configurations.items()
                     for record in records if record[1] in launchers})
@@ -485,13 +508,18 @@ def render(build, kernels, configurations, occupancy_of, promises):
                   "traced path or not",
                   "(the decode matmuls, the bf16 kernels): CTest holds every built "
                   "instantiation to its promise",
-                  "and to zero local memory. Launch configurations and occupancy are not "
-                  "recorded for these yet.", "",
-                  "| kernel | regs | local | static shared | loads | stores | MMA |",
-                  "|---|---:|---:|---:|---|---|---|"]
+                  "and to zero local memory. Launch and occupancy: GPT-2 small at B = 32, for "
+                  "the instantiations",
+                  "that shape takes (the others: \"not recorded\").", "",
+                  "| kernel | launch | regs | local | static shared | dynamic shared | "
+                  "occupancy 80/86/89/90 % (sm_90 limiter) | loads | stores | MMA |",
+                  "|---|---|---:|---:|---:|---:|---|---|---|---|"]
         for name in promised:
             info = kernels[name]
-            lines.append(f"| `{name}` | {info['registers']} | {info['local']} | {info['shared']} "
+            records = configurations.get(name, [])
+            lines.append(f"| `{name}` | {launch_cell(records, False)} | {info['registers']} "
+                         f"| {info['local']} | {info['shared']} | {dynamic_shared(records)} "
+                         f"| {occupancy_cell(info, records, occupancy_of)} "
                          f"| {info['loads']} | {info['stores']} | {info['mma']} |")
         lines.append("")
     lines += ["## Minimal traffic per launch", "",
@@ -655,11 +683,17 @@ def check(kernels, promises, configurations):
     """Problems on the chapters' paths: spills, promises the SASS does not keep."""
     problems = []
     for chapter in chapters():
-        rows, _, _ = chapter_path(chapter, configurations)
-        for name, _, _, _ in rows:
+        rows, _, unrecorded = chapter_path(chapter, configurations)
+        for launcher in unrecorded:
+            problems.append(f"{chapter}: {launcher} is not called by "
+                            "tests/kernel_report/launch_configs.cpp (no launch or occupancy)")
+        for name, _, _, ours in rows:
             info = kernels.get(name)
             if info is None:
                 continue
+            if ours and not configurations.get(name):
+                problems.append(f"{chapter}: {name} has no recorded launch, so no occupancy "
+                                "(call its launcher in tests/kernel_report/launch_configs.cpp)")
             if info["spills"]:
                 problems.append(f"{chapter}: {name} uses {info['local']} bytes of local memory "
                                 "(spills)")
