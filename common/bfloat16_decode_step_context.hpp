@@ -26,6 +26,11 @@ namespace ladder {
 
 class BfloatDecodeStepContext {
  public:
+  /// `launch` how every product waits for the kernel before it (DecodeLaunch), as in
+  /// DecodeStepContext.
+  explicit BfloatDecodeStepContext(DecodeLaunch launch = DecodeLaunch::kAfterPrevious)
+      : launch_(launch) {}
+
   cudaStream_t stream() const { return stream_.get(); }
 
   /// out = bf16(epilogue(x W + bias)), W packed (BfloatDeviceModel::layer()), on this
@@ -36,7 +41,7 @@ class BfloatDecodeStepContext {
     for_each_row_slice(rows, [&](std::size_t first, int count) {
       launch_decode_matmul_bf16(x + first * in_features, packed_weight, bias,
                                 out + first * out_features, count, in_features, out_features,
-                                epilogue, workspace_, stream_.get());
+                                epilogue, workspace_, stream_.get(), launch_);
     });
   }
 
@@ -52,7 +57,7 @@ class BfloatDecodeStepContext {
       launch_decode_lm_head_bf16(
           x + first * C, packed_wte, logits != nullptr ? logits + first * V : nullptr,
           candidate_values + first * candidates, candidate_indices + first * candidates, count, C,
-          V, workspace_, stream_.get());
+          V, workspace_, stream_.get(), launch_);
     });
     return ArgmaxCandidates{candidate_values, candidate_indices, candidates};
   }
@@ -69,6 +74,7 @@ class BfloatDecodeStepContext {
   CudaStream stream_;
   /// One per stream: two products running at once on one would mix their split sums.
   DecodeMatmulWorkspace workspace_;
+  DecodeLaunch launch_;
 };
 
 /// The 49 bf16 products of one GPT-2 decode step at `batch` rows, as a chapter on

@@ -98,7 +98,8 @@ class Gpt2Decoder final : public Decoder {
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 10: the decoder's own copy of the weights, every parameter
         // rounded to bf16 once, here, the matrices packed for the bf16 decode kernels.
-        model_(*options.weights) {
+        model_(*options.weights),
+        step_(DecodeLaunch::kProgrammatic) {
     // NEW in chapter 08: a GPU or driver without conditional graph nodes stops here.
     require_conditional_nodes();
   }
