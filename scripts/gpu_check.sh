@@ -12,10 +12,12 @@
 #             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
 #             decode-matmul and bf16 kernel tests
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
-#   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16]):
-#             quick, before the chapters' tests
+#   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16];
+#             LADDER_GPU_TAGS="[pdl] [chapter10]" runs those tags instead): quick, before the
+#             chapters' tests
 #   micro     the GPU programs in bench/ (host cost per call, epilogue fusion, decode matmuls,
 #             kernel history), at B = 32 and 1; outputs kept as bench/NAME.bB.txt
+#             (LADDER_MICRO_PROGRAMS="decode_matmul" runs those programs only)
 #   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
 #             then the CPU test of the bf16 reference against it
 #   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
@@ -71,7 +73,8 @@ if wants test || wants kernels || wants hf || wants sanitize || wants bench || w
 fi
 
 if wants kernels; then
-  for tag in "[kernels]" "[graphs]" "[decode_matmul]" "[bf16]"; do
+  read -ra tags <<< "${LADDER_GPU_TAGS:-[kernels] [graphs] [decode_matmul] [bf16]}"
+  for tag in "${tags[@]}"; do
     name=$(echo "$tag" | tr -d '[]')
     timeout 300 "$build/tests/gpu_tests" "$tag" > "$out/logs/gpu_tests.$name.log" 2>&1
     note "gpu_tests $tag: exit $?, $(grep -E '^(All tests passed|test cases:)' "$out/logs/gpu_tests.$name.log" | tail -1)"
@@ -177,6 +180,7 @@ if wants micro; then
   for program in "$build"/bench/*; do
     name=$(basename "$program")
     [ "$name" = batching_schedule ] && continue  # CPU only: counts, no GPU
+    [ -n "${LADDER_MICRO_PROGRAMS:-}" ] && ! echo " $LADDER_MICRO_PROGRAMS " | grep -q " $name " && continue
     batches=${LADDER_MICRO_BATCHES:-32 1}
     [ "$name" = decode_matmul ] && batches=all  # one run sweeps B = 1, 8, 32, 64
     for batch in $batches; do
