@@ -48,22 +48,23 @@ std::string hash_string(std::uint64_t hash) {
   return text;
 }
 
-double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps) {
+double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps,
+                   int value_bytes) {
   const double C = config.n_embd;
   // Every weight once, except the embedding tables, of which a step reads only the B
   // rows it looks up; then the token embedding again, whole, as the tied LM head.
   const double position_table = static_cast<double>(config.n_positions) * C;
   const double weights = static_cast<double>(config.parameter_count()) - position_table;
   const double logits = static_cast<double>(batch) * config.vocab_size;
-  double floats = 0;
+  double stored_values = 0;
   for (int step = 0; step < steps; ++step) {
     // The token fed at this step attends over every position up to its own: the keys
     // and values of all layers for prompt_length + step positions.
     const double cached_positions = prompt_length + step;
     const double cache = 2.0 * config.n_layer * batch * cached_positions * C;
-    floats += weights + cache + logits;
+    stored_values += weights + cache;
   }
-  return floats * sizeof(float);
+  return stored_values * value_bytes + logits * steps * sizeof(float);
 }
 
 namespace {

@@ -31,7 +31,10 @@ std::string hash_string(std::uint64_t hash);
 /// `prompt_length`: per step, every weight once (of the embedding tables only
 /// the rows looked up, which is negligible), the token embedding again, whole, for the
 /// tied LM head, the KV cache up to the current position, and the logits.
-double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps);
+/// value_bytes: the bytes of one stored weight or cache value (4 in fp32, 2 in bf16);
+/// the logits count as fp32 either way.
+double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps,
+                   int value_bytes = sizeof(float));
 
 /// One configuration's results.
 struct BenchmarkRow {

@@ -199,7 +199,9 @@ ReportHeader report_header(const ChapterInfo& chapter, const Plan& plan) {
   ReportHeader header;
   header.chapter = chapter.folder;
   header.title = chapter.title;
-  header.precision = plan.options.allow_tf32 ? "tf32" : "fp32";
+  header.precision = chapter.stored == StoredPrecision::bf16 ? "bf16"
+                     : plan.options.allow_tf32               ? "tf32"
+                                                             : "fp32";
   header.weights = plan.options.weights_directory.empty()
                        ? "random (seed " + std::to_string(plan.options.seed) + ")"
                        : plan.options.weights_directory;
@@ -324,16 +326,21 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   if (printed_usage(argc, argv, program)) return kExitSuccess;
   const Plan plan = make_plan(argc, argv);
   const RunOptions& options = plan.options;
+  if (options.allow_tf32 && chapter.stored == StoredPrecision::bf16)
+    throw std::invalid_argument(
+        "--tf32: " + program + " multiplies bf16 values on the tensor cores; TF32 is an fp32 mode");
 
   const DeviceInfo device = query_device_info();
   if (!options.quiet) std::cout << device_banner(device) << "\n";
 
   const Gpt2Weights random_weights =
       plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, options.seed);
-  const DeviceModel model(plan.checkpoint ? *plan.checkpoint : random_weights);
+  const Gpt2Weights& weights = plan.checkpoint ? *plan.checkpoint : random_weights;
+  const DeviceModel model(weights);
   const double bandwidth = measure_copy_bandwidth();
   std::unique_ptr<Decoder> decoder =
-      factory(model, DecoderOptions{options.allow_tf32, plan.eos_token_id});
+      factory(model, DecoderOptions{options.allow_tf32, plan.eos_token_id, &weights});
+  const int value_bytes = chapter.stored == StoredPrecision::bf16 ? 2 : sizeof(float);
 
   ReportHeader header = report_header(chapter, plan);
   header.device = device_banner(device);
@@ -372,7 +379,8 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
       }
       row.matmul_seconds_per_step = decoder->matmul_seconds_per_step(batch);
       row.time = summarize(row.seconds);
-      row.floor_seconds = floor_bytes(plan.config, batch, prompts.length, row.steps) / bandwidth;
+      row.floor_seconds =
+          floor_bytes(plan.config, batch, prompts.length, row.steps, value_bytes) / bandwidth;
       rows.push_back(row);
       dump_logits_if_asked(*decoder, plan, prompts, new_tokens, last_output);
     }

@@ -33,15 +33,23 @@
 
 namespace ladder {
 
+/// What a chapter stores its weights, activations and KV cache in: the table's precision
+/// column and the bytes its HBM floor counts.
+enum class StoredPrecision { fp32, bf16 };
+
 struct ChapterInfo {
   std::string folder;  ///< "01_naive_decode"
   std::string title;   ///< "naive decode"
+  StoredPrecision stored = StoredPrecision::fp32;
 };
 
 /// What a decoder is built with.
 struct DecoderOptions {
   bool allow_tf32 = false;
   int eos_token_id = 0;
+  /// The host parameters the DeviceModel was uploaded from (for a decoder that keeps
+  /// its own copy in another precision); null where there are none (host chapters).
+  const Gpt2Weights* weights = nullptr;
 };
 
 /// What one generate() call produced.

@@ -25,9 +25,13 @@ namespace ladder {
 class DecodeStepContext {
  public:
   /// Packs `model`'s weights (PackedDecodeModel: as many bytes again as the matrices)
-  /// and prepares the workspace; allow_tf32 selects the TF32 tensor-core kernels.
-  DecodeStepContext(const DeviceModel& model, bool allow_tf32)
-      : packed_(model), precision_(allow_tf32 ? DecodePrecision::kTf32 : DecodePrecision::kFp32) {}
+  /// and prepares the workspace; allow_tf32 selects the TF32 tensor-core kernels;
+  /// `launch` how every product waits for the kernel before it (DecodeLaunch).
+  DecodeStepContext(const DeviceModel& model, bool allow_tf32,
+                    DecodeLaunch launch = DecodeLaunch::kAfterPrevious)
+      : packed_(model),
+        precision_(allow_tf32 ? DecodePrecision::kTf32 : DecodePrecision::kFp32),
+        launch_(launch) {}
 
   cudaStream_t stream() const { return stream_.get(); }
   /// The packed matrix weights of layer `index` (the biases stay in the DeviceModel).
@@ -42,7 +46,7 @@ class DecodeStepContext {
       launch_decode_matmul(x + offset(first, in_features), packed_weight, bias,
                            out + offset(first, out_features),
                            std::min(kDecodeMaxRows, rows - first), in_features, out_features,
-                           epilogue, precision_, workspace_, stream_.get());
+                           epilogue, precision_, workspace_, stream_.get(), launch_);
   }
 
   /// The tied LM head over x [rows, C]: logits [rows, V] (null: not written) and the
@@ -58,7 +62,7 @@ class DecodeStepContext {
                             candidate_values + offset(first, candidates),
                             candidate_indices + offset(first, candidates),
                             std::min(kDecodeMaxRows, rows - first), C, V, precision_, workspace_,
-                            stream_.get());
+                            stream_.get(), launch_);
     return ArgmaxCandidates{candidate_values, candidate_indices, candidates};
   }
 
@@ -72,6 +76,7 @@ class DecodeStepContext {
   /// One per stream: two products running at once on one would mix their split sums.
   DecodeMatmulWorkspace workspace_;
   DecodePrecision precision_;
+  DecodeLaunch launch_;
 };
 
 /// The 49 products of one GPT-2 decode step at `batch` rows through the decode kernels,

@@ -1,6 +1,9 @@
 // common/greedy_decoding.cpp - the prompts and the argmax step's bookkeeping on the device.
 #include "common/greedy_decoding.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "common/chapter_runner.hpp"
 #include "common/cuda_check.hpp"
 
@@ -12,6 +15,33 @@ TypedBuffer<std::int32_t> upload_prompt_tokens(DeviceAllocator& allocator,
   CUDA_CHECK(cudaMemcpyAsync(tokens, prompts.tokens.data(), tokens.bytes(), cudaMemcpyHostToDevice,
                              stream));
   return tokens;
+}
+
+PositionMajorPrompts upload_position_major_prompts(DeviceAllocator& allocator,
+                                                   const PromptBatch& prompts,
+                                                   cudaStream_t stream) {
+  const int B = prompts.batch;
+  const int T = prompts.length;
+  const std::size_t count = static_cast<std::size_t>(B) * T;
+  std::vector<std::int32_t> positions(count);
+  std::vector<DecodePosition> cursors(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    std::fill_n(positions.begin() + static_cast<std::ptrdiff_t>(t) * B, B, t);
+    cursors[static_cast<std::size_t>(t)] = DecodePosition{/*step=*/0, /*position=*/t};
+  }
+  PositionMajorPrompts device{TypedBuffer<std::int32_t>(allocator, count, stream),
+                              TypedBuffer<std::int32_t>(allocator, count, stream),
+                              TypedBuffer<DecodePosition>(allocator, cursors.size(), stream)};
+  // From pageable memory: each copy returns once its source has been read, so the
+  // vectors may go when this function returns.
+  const std::vector<std::int32_t> tokens = prompts.position_major();
+  CUDA_CHECK(cudaMemcpyAsync(device.tokens, tokens.data(), device.tokens.bytes(),
+                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(device.positions, positions.data(), device.positions.bytes(),
+                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(device.cursors, cursors.data(), device.cursors.bytes(),
+                             cudaMemcpyHostToDevice, stream));
+  return device;
 }
 
 GreedyBuffers::GreedyBuffers(DeviceAllocator& allocator, const PromptBatch& prompts,

@@ -10,6 +10,7 @@
 
 #include "common/device_allocator.hpp"
 #include "common/prompts.hpp"
+#include "kernels/decode_position.cuh"
 #include "kernels/sampling.cuh"
 
 namespace ladder {
@@ -17,6 +18,20 @@ namespace ladder {
 /// The prompt ids [B, T] copied to the device (on `stream`, without waiting).
 TypedBuffer<std::int32_t> upload_prompt_tokens(DeviceAllocator& allocator,
                                                const PromptBatch& prompts, cudaStream_t stream);
+
+/// A prompt on the device for a prefill that attends one position at a time: the ids
+/// position-major, [T, B] (PromptBatch::position_major), each id's position, [T, B], and
+/// one cursor {step 0, position t} per position t, [T], for the kernels that read their
+/// position from device memory.
+struct PositionMajorPrompts {
+  TypedBuffer<std::int32_t> tokens;
+  TypedBuffer<std::int32_t> positions;
+  TypedBuffer<DecodePosition> cursors;
+};
+
+/// `prompts` as PositionMajorPrompts, copied on `stream` (without waiting for the GPU).
+PositionMajorPrompts upload_position_major_prompts(DeviceAllocator& allocator,
+                                                   const PromptBatch& prompts, cudaStream_t stream);
 
 /// Greedy decoding's bookkeeping for one generate() call: allocated, zeroed where it
 /// must be and filled with the teacher-forced ids (tests) on `stream`, in that order.

@@ -37,6 +37,15 @@ std::vector<std::vector<std::int32_t>> PromptBatch::rows() const {
   return result;
 }
 
+std::vector<std::int32_t> PromptBatch::position_major() const {
+  std::vector<std::int32_t> result(tokens.size());
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < length; ++t)
+      result[static_cast<std::size_t>(t) * batch + b] =
+          tokens[static_cast<std::size_t>(b) * length + t];
+  return result;
+}
+
 PromptBatch bos_prompts(int batch, int bos_token_id) {
   return repeated_prompt({bos_token_id}, batch);
 }

@@ -21,6 +21,9 @@ struct PromptBatch {
   int forced_length = 0;
 
   std::vector<std::vector<std::int32_t>> rows() const;
+  /// The prompt ids position-major, [length, batch]: the B tokens at position t side by
+  /// side, as a decoder that walks the prompt one position at a time reads them.
+  std::vector<std::int32_t> position_major() const;
 };
 
 /// Every row is the single token `bos_token_id` (the default workload).

@@ -27,9 +27,7 @@ inline void check_attention_heads(const char* launcher, int B, int H, int C) {
   launch_checks::require_positive(launcher, "B", B);
   launch_checks::require_positive(launcher, "H", H);
   launch_checks::require_positive(launcher, "C", C);
-  if (C % H != 0)
-    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") must be divisible by H (" +
-                                      std::to_string(H) + ")");
+  launch_checks::require_divisible(launcher, "C", C, "H", H);
   launch_checks::require(static_cast<long long>(B) * H <= 0x7fffffff, launcher,
                          "B * H must fit in an int");
 }
@@ -37,9 +35,9 @@ inline void check_attention_heads(const char* launcher, int B, int H, int C) {
 /// check_attention_heads(), and the head size D = C / H at most kMaxHeadDim.
 inline void check_attention_head_size(const char* launcher, int B, int H, int C) {
   check_attention_heads(launcher, B, H, C);
-  if (C / H > kMaxHeadDim)
-    launch_checks::fail(launcher, "head size C / H = " + std::to_string(C / H) +
-                                      " exceeds kMaxHeadDim = " + std::to_string(kMaxHeadDim));
+  launch_checks::require_at_most(launcher, "the head size D = C / H", C / H, kMaxHeadDim,
+                                 "a warp holds a row of D values, D / 32 registers a lane "
+                                 "(kMaxHeadDim)");
 }
 
 /// Throws std::invalid_argument unless q's rows, q_row_stride floats apart, hold C

@@ -160,10 +160,13 @@ void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
   launch_checks::require_not_null(
       kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}, {"out", out}});
   launch_checks::require_positive(kName, {{"B", B}, {"H", H}, {"C", C}, {"capacity", capacity}});
-  launch_checks::require(C % H == 0, kName, "C must be divisible by H");
+  launch_checks::require_divisible(kName, "C", C, "H", H);
   const int D = C / H;
-  launch_checks::require(D % kBfloatPack == 0 && D <= kMaxHeadDim, kName,
-                         "D = C / H must be a multiple of 8 and at most kMaxHeadDim (128)");
+  // The chapter's case only (no scalar fallback): rows of D in 16-byte packs of 8 bf16.
+  launch_checks::require_divisible(kName, "the head size D = C / H", D, "the bf16 pack",
+                                   kBfloatPack);
+  launch_checks::require_at_most(kName, "the head size D = C / H", D, kMaxHeadDim,
+                                 "one thread per head dimension (kMaxHeadDim)");
   launch_checks::require(launch_checks::is_16_byte_aligned(qkv) &&
                              launch_checks::is_16_byte_aligned(keys) &&
                              launch_checks::is_16_byte_aligned(values),

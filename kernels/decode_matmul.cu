@@ -125,23 +125,29 @@ __device__ __forceinline__ void wait_async_copies() {
 
 // ---------------------------------------------------------------- the pipeline
 
+/// Chunks of the weight a programmatic dependent launch prefetches into L2 before its
+/// wait, past the kStages - 1 it copies into shared memory (8 KiB each).
+constexpr int kL2PrefetchChunks = 4;
+
 /// Streams chunks first_chunk .. first_chunk + chunk_count - 1 of column tile `tile`
 /// through kStages shared-memory stages and calls compute(w, x) on each, w the chunk
 /// [32][kWeightStride] and x the rows of x for the same 32 k [kRows][kXStride] (zeros
 /// past B and past K). Returns when every copy has landed and every thread is done
-/// with shared memory.
+/// with shared memory. The first stages' weight is requested before
+/// wait_for_previous_kernel, x only after it (decode_matmul.cuh: programmatic launch).
 template <int kRows, bool kXVector, typename Compute>
 __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, int tile,
                                               int first_chunk, int chunk_count, float* shared,
                                               const Compute& compute) {
   const float* tile_weight =
       a.weight + static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns;
-  const auto load = [&](int chunk, int stage) {
+  const auto chunk_weight = [&](int chunk) {  // 32 rows x 64 columns, contiguous
+    return tile_weight + static_cast<std::size_t>(first_chunk + chunk) * kChunkRows * kTileColumns;
+  };
+  const auto load_weight = [&](int chunk, int stage) {
     float* w = shared + stage * stage_floats(kRows);
-    float* xs = w + kChunkRows * kWeightStride;
-    const int k0 = (first_chunk + chunk) * kChunkRows;
     // W: 32 rows x 16 pieces of 16 bytes, contiguous in the packed weight.
-    const float* source = tile_weight + static_cast<std::size_t>(k0) * kTileColumns;
+    const float* source = chunk_weight(chunk);
     constexpr int kPiecesPerRow = kTileColumns / 4;
     constexpr int kPiecesPerThread = kChunkRows * kPiecesPerRow / kThreads;
     static_assert(kPiecesPerThread * kThreads == kChunkRows * kPiecesPerRow,
@@ -154,6 +160,10 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
       copy_async<16>(w + row * kWeightStride + 4 * piece, source + row * kTileColumns + 4 * piece,
                      true);
     }
+  };
+  const auto load_x = [&](int chunk, int stage) {
+    float* xs = shared + stage * stage_floats(kRows) + kChunkRows * kWeightStride;
+    const int k0 = (first_chunk + chunk) * kChunkRows;
     // x [b, k0 .. k0 + 31] for every row of the tile; zeros outside [0, B) x [0, K).
     if constexpr (kXVector) {
       constexpr int kXPieces = kChunkRows / 4;
@@ -175,15 +185,35 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
     }
   };
 
+  // The weight does not depend on the kernel before: its first stages, and with a
+  // programmatic launch the next chunks into L2 (one 128-byte line per thread of the
+  // first 64), are requested before the wait. Group `stage` then holds x of that stage
+  // (group 0 also the weight of every first stage), so the waits below count as before.
+  for (int stage = 0; stage < kStages - 1; ++stage)
+    if (stage < chunk_count) load_weight(stage, stage);
+  if (a.programmatic) {
+    constexpr int kLineFloats = 128 / sizeof(float);
+    constexpr int kLinesPerChunk = kChunkRows * kTileColumns / kLineFloats;  // 64
+    const int last = min(chunk_count, kStages - 1 + kL2PrefetchChunks);
+    if (threadIdx.x < kLinesPerChunk) {
+      for (int chunk = kStages - 1; chunk < last; ++chunk)
+        asm volatile(
+            "prefetch.global.L2 [%0];\n" ::"l"(chunk_weight(chunk) + threadIdx.x * kLineFloats));
+    }
+  }
+  decode_common::wait_for_previous_kernel();
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < chunk_count) load(stage, stage);
+    if (stage < chunk_count) load_x(stage, stage);
     commit_async_copies();  // an empty group keeps the counting below uniform
   }
   for (int chunk = 0; chunk < chunk_count; ++chunk) {
     wait_async_copies<kStages - 2>();  // this thread's copies of `chunk` have landed
     __syncthreads();                   // everyone's have, and chunk - 1's stage is free
     const int ahead = chunk + kStages - 1;
-    if (ahead < chunk_count) load(ahead, ahead % kStages);
+    if (ahead < chunk_count) {
+      load_weight(ahead, ahead % kStages);
+      load_x(ahead, ahead % kStages);
+    }
     commit_async_copies();
     const float* w = shared + (chunk % kStages) * stage_floats(kRows);
     compute(w, w + kChunkRows * kWeightStride);
@@ -208,7 +238,7 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 //         warp's rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
 //         thread loads 4 float4 of W and one float4 of x per row (a broadcast: all 16
 //         lanes of a half-warp read the same address) for 16 FFMA per row.
-// Promises: LDGSTS.E.BYPASS.128
+// Promises: LDGSTS.E.BYPASS.128 ACQBULK PREEXIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
@@ -250,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
           }
         }
       });
+  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -286,7 +317,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
 //         tiles, all kRows / 16 m16 tiles of rows, the chunk's k8 steps w / 4 and
 //         w / 4 + 2. Lane l = 4 g + t holds the PTX fragments: a (rows g, g + 8; k t,
 //         t + 4), b (k t, t + 4; column g), d (rows g, g + 8; columns 2 t, 2 t + 1).
-// Promises: LDGSTS.E.BYPASS.128 HMMA.1688.F32.TF32
+// Promises: LDGSTS.E.BYPASS.128 HMMA.1688.F32.TF32 ACQBULK PREEXIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {
@@ -328,6 +359,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
           }
         }
       });
+  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -404,20 +436,17 @@ struct ProductPointers {
 
 void run_product(const char* launcher, const ProductPointers& p, int B, int K, int N,
                  DecodeEpilogue epilogue, DecodePrecision precision,
-                 DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+                 DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
   const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
-  DecodeMatmulArguments arguments = decode_common::product_arguments(
+  const DecodeMatmulArguments arguments = decode_common::product_arguments(
       launcher, p.x, p.weight, p.bias, p.out, p.candidate_values, p.candidate_indices, B, K, N,
-      DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace);
+      DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace, launch);
   const bool x_vector = K % 4 == 0 && launch_checks::is_16_byte_aligned(p.x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
-  void* parameters[] = {&arguments};
-  CUDA_CHECK(cudaLaunchKernel(
-      reinterpret_cast<const void*>(kernel_for(plan.row_tile, precision, x_vector)), grid,
-      dim3(kThreads), parameters, static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)),
-      stream));
-  CUDA_CHECK_LAUNCH(stream);
+  decode_common::launch_product_kernel(
+      kernel_for(plan.row_tile, precision, x_vector), grid,
+      static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)), arguments, stream);
 }
 
 /// The floats of the [rows, columns] device matrix at `device`, on the host.
@@ -527,6 +556,9 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  programmatic_launches_ = major >= 9;
   partial_floats_ = max_partial_floats(multiprocessors_);
   tile_counter_count_ = kTargetBlocksPerMultiprocessor * multiprocessors_;
   CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));
@@ -561,23 +593,24 @@ DecodeMatmulWorkspace::~DecodeMatmulWorkspace() {
 
 void launch_decode_matmul(const float* x, const float* packed_weight, const float* bias, float* out,
                           int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
-                          DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+                          DecodeMatmulWorkspace& workspace, cudaStream_t stream,
+                          DecodeLaunch launch) {
   constexpr const char* kName = "launch_decode_matmul";
   decode_common::check_product_arguments(kName, x, packed_weight, bias, out, B, K, N, epilogue);
   run_product(kName, ProductPointers{x, packed_weight, bias, out, nullptr, nullptr}, B, K, N,
-              epilogue, precision, workspace, stream);
+              epilogue, precision, workspace, stream, launch);
 }
 
 void launch_decode_lm_head(const float* x, const float* packed_wte, float* logits,
                            float* candidate_values, std::int32_t* candidate_indices, int B, int C,
                            int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, DecodeLaunch launch) {
   constexpr const char* kName = "launch_decode_lm_head";
   decode_common::check_lm_head_arguments(kName, x, packed_wte, logits, candidate_values,
                                          candidate_indices, B, C, V);
   run_product(kName,
               ProductPointers{x, packed_wte, nullptr, logits, candidate_values, candidate_indices},
-              B, C, V, DecodeEpilogue::kNone, precision, workspace, stream);
+              B, C, V, DecodeEpilogue::kNone, precision, workspace, stream, launch);
 }
 
 }  // namespace ladder

@@ -42,6 +42,33 @@
 // order: every block writes its partial tile to the workspace and bumps the tile's
 // integer counter, and the block that arrives last adds the S partials, 0 to S - 1,
 // applies the epilogue and resets the counter for the next launch.
+//
+// Programmatic dependent launch (DecodeLaunch::kProgrammatic, sm_90 and later): the
+// launch carries cudaLaunchAttributeProgrammaticStreamSerialization, so the product's
+// blocks may start before the kernel before it on the stream has finished. Nothing a
+// block does before griddepcontrol.wait (cudaGridDependencySynchronize) touches memory
+// another kernel writes: it only starts streaming its own weight (fp32/tf32: the first
+// three chunks by cp.async into shared memory and the next ones prefetched into L2;
+// bf16: the first four chunks into registers), which no kernel of the step writes. The
+// wait returns when the previous kernel has completed and its writes are visible; only
+// then are x, the residual stream, the workspace and out read or written. A kernel
+// launched without the attribute passes the wait at once (and skips the L2 prefetch), so
+// the two launches do the same arithmetic in the same order and give the same bits.
+// The kernel before (the primary) needs nothing for correctness: the wait is for its
+// completion, not for a signal. It decides how early the product may launch. One that
+// never signals (chapter 09's LayerNorm and attention kernels, plain launches) signals
+// implicitly as its blocks exit: the product's blocks then start as the primary's last
+// blocks finish, which saves the launch gap and hides the pipeline's fill, but overlaps
+// none of the primary's work. The decode matmuls signal (griddepcontrol.launch_dependents,
+// cudaTriggerProgrammaticLaunchCompletion) once a block has read its last weight chunk:
+// the next product, launched when every block has signalled, prefetches its weight
+// while this one sums its splits and stores. Signalling earlier would be as correct (the
+// wait still waits for completion) but would let the next product's prefetch compete
+// with this one's weight stream.
+// In a CUDA graph: stream capture turns the attribute into a programmatic edge between
+// the two kernel nodes, so the captured step behaves as the stream does. In the sm_90
+// SASS the wait is ACQBULK and the signal PREEXIT (the kernels' promises, checked by
+// scripts/kernel_report.py).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -69,6 +96,14 @@ enum class DecodeEpilogue {
 /// Plain fp32 multiply-adds (the default everywhere), or TF32 tensor cores: inputs
 /// rounded to a 10-bit mantissa, fp32 accumulation (~1e-3 relative error).
 enum class DecodePrecision { kFp32, kTf32 };
+
+/// How a product's launch waits for the kernel before it on the stream.
+enum class DecodeLaunch {
+  kAfterPrevious,  ///< a plain launch: the blocks start once the previous kernel finished
+  kProgrammatic,   ///< programmatic dependent launch: the blocks may start earlier and
+                   ///< stream their weight until griddepcontrol.wait (compute capability
+                   ///< 9.0 on; elsewhere a plain launch, DecodeMatmulWorkspace)
+};
 
 /// How one product is cut into blocks (a pure function of the shape, the precision and
 /// the multiprocessor count, so one device always sums in the same order).
@@ -148,6 +183,9 @@ class DecodeMatmulWorkspace {
   DecodeMatmulWorkspace& operator=(const DecodeMatmulWorkspace&) = delete;
 
   int multiprocessors() const { return multiprocessors_; }
+  /// Whether the device runs programmatic dependent launches (compute capability 9.0
+  /// on); where it does not, DecodeLaunch::kProgrammatic launches plainly.
+  bool programmatic_launches() const { return programmatic_launches_; }
   float* partials() const { return partials_; }
   std::size_t partial_floats() const { return partial_floats_; }
   unsigned int* tile_counters() const { return tile_counters_; }
@@ -155,6 +193,7 @@ class DecodeMatmulWorkspace {
 
  private:
   int multiprocessors_ = 0;
+  bool programmatic_launches_ = false;
   float* partials_ = nullptr;
   std::size_t partial_floats_ = 0;
   unsigned int* tile_counters_ = nullptr;
@@ -168,10 +207,12 @@ class DecodeMatmulWorkspace {
 /// aligned x with K % 4 == 0 takes 16-byte copies, even N with an 8-byte aligned out
 /// takes paired stores).
 /// Throws std::invalid_argument on a null pointer, a bias with kNone, B outside [1, 64],
-/// K or N <= 0, or a weight that is not 16-byte aligned.
+/// K or N <= 0, or a weight that is not 16-byte aligned. `launch`: how it waits for the
+/// kernel before it (DecodeLaunch; the same bits either way).
 void launch_decode_matmul(const float* x, const float* packed_weight, const float* bias, float* out,
                           int B, int K, int N, DecodeEpilogue epilogue, DecodePrecision precision,
-                          DecodeMatmulWorkspace& workspace, cudaStream_t stream);
+                          DecodeMatmulWorkspace& workspace, cudaStream_t stream,
+                          DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 /// Candidates the LM head leaves per row: one per column tile, ceil(V / 64).
 inline int decode_lm_head_candidates(int V) { return DecodeWeightLayout::of(1, V).column_tiles; }
@@ -186,6 +227,6 @@ inline int decode_lm_head_candidates(int V) { return DecodeWeightLayout::of(1, V
 void launch_decode_lm_head(const float* x, const float* packed_wte, float* logits,
                            float* candidate_values, std::int32_t* candidate_indices, int B, int C,
                            int V, DecodePrecision precision, DecodeMatmulWorkspace& workspace,
-                           cudaStream_t stream);
+                           cudaStream_t stream, DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 }  // namespace ladder

@@ -82,7 +82,7 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
 // Grid:   (S, T) blocks of 256 threads; warp w: columns 16 (w % 4) .. + 15, inputs
 //         32 (w / 4) .. + 31 of each chunk; lane 4 g + u: W column 8 n8 + g and x rows
 //         g, g + 8 of each m16 tile, inputs 8 u .. 8 u + 7 (decode_matmul_bf16.cuh).
-// Promises: LDG.E.128 HMMA.16816.F32.BF16
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 ACQBULK PREEXIT
 template <int kRows, bool kXVector, typename Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
@@ -125,6 +125,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   uint4 ahead[kChunksAhead][2];
 #pragma unroll
   for (int i = 0; i < kChunksAhead; ++i) load_weights(i, ahead[i]);
+  // The weight loads above do not depend on the kernel before; x, the residual stream
+  // and the workspace do (decode_matmul.cuh: programmatic launch).
+  decode_common::wait_for_previous_kernel();
   for (int chunk = 0; chunk < range.count; chunk += kChunksAhead) {
 #pragma unroll
     for (int i = 0; i < kChunksAhead; ++i) {
@@ -150,6 +153,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       load_weights(chunk + i + kChunksAhead, ahead[i]);
     }
   }
+  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -192,17 +196,17 @@ template <typename Out>
 void run_product(const char* launcher, const __nv_bfloat16* x, const __nv_bfloat16* weight,
                  const __nv_bfloat16* bias, Out* out, float* candidate_values,
                  std::int32_t* candidate_indices, int B, int K, int N, DecodeEpilogue epilogue,
-                 DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+                 DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
   const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, K, N, workspace.multiprocessors());
   const int padded_rows = (K + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK;
   const DecodeMatmulBf16Arguments<Out> arguments = decode_common::product_arguments(
       launcher, x, weight, bias, out, candidate_values, candidate_indices, B, K, N, padded_rows,
-      epilogue, plan, workspace);
+      epilogue, plan, workspace, launch);
   const bool x_vector = K % kBfloatTileK == 0 && launch_checks::is_16_byte_aligned(x);
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
-  kernel_for<Out>(plan.row_tile, x_vector)<<<grid, kThreads, 0, stream>>>(arguments);
-  CUDA_CHECK_LAUNCH(stream);
+  decode_common::launch_product_kernel(kernel_for<Out>(plan.row_tile, x_vector), grid,
+                                       /*shared_bytes=*/0, arguments, stream);
 }
 
 }  // namespace
@@ -216,23 +220,24 @@ DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessor
 void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight,
                                const __nv_bfloat16* bias, __nv_bfloat16* out, int B, int K, int N,
                                DecodeEpilogue epilogue, DecodeMatmulWorkspace& workspace,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, DecodeLaunch launch) {
   constexpr const char* kName = "launch_decode_matmul_bf16";
   decode_common::check_product_arguments(kName, x, packed_weight, bias, out, B, K, N, epilogue);
   run_product(kName, x, packed_weight, bias, out, nullptr, nullptr, B, K, N, epilogue, workspace,
-              stream);
+              stream, launch);
 }
 
 void launch_decode_lm_head_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_wte,
                                 float* logits, float* candidate_values,
                                 std::int32_t* candidate_indices, int B, int C, int V,
-                                DecodeMatmulWorkspace& workspace, cudaStream_t stream) {
+                                DecodeMatmulWorkspace& workspace, cudaStream_t stream,
+                                DecodeLaunch launch) {
   constexpr const char* kName = "launch_decode_lm_head_bf16";
   decode_common::check_lm_head_arguments(kName, x, packed_wte, logits, candidate_values,
                                          candidate_indices, B, C, V);
   run_product(kName, x, packed_wte, static_cast<const __nv_bfloat16*>(nullptr), logits,
               candidate_values, candidate_indices, B, C, V, DecodeEpilogue::kNone, workspace,
-              stream);
+              stream, launch);
 }
 
 }  // namespace ladder

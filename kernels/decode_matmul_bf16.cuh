@@ -68,11 +68,13 @@ DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessor
 /// 16-byte pieces when K % 8 == 0 and x is 16-byte aligned; out in pairs when N is even
 /// and out 4-byte aligned).
 /// Throws std::invalid_argument on a null pointer, a bias with kNone, B outside [1, 64],
-/// K or N <= 0, a weight that is not 16-byte aligned or a workspace too small.
+/// K or N <= 0, a weight that is not 16-byte aligned or a workspace too small. `launch`
+/// as for launch_decode_matmul (DecodeLaunch, decode_matmul.cuh).
 void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight,
                                const __nv_bfloat16* bias, __nv_bfloat16* out, int B, int K, int N,
                                DecodeEpilogue epilogue, DecodeMatmulWorkspace& workspace,
-                               cudaStream_t stream);
+                               cudaStream_t stream,
+                               DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 /// The tied LM head in bf16: logits = x wte^T accumulated in fp32 and stored as floats;
 /// x [B, C] bf16, wte packed by pack_bfloat16_weights_transposed(wte, V, C,
@@ -82,6 +84,7 @@ void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* pack
 void launch_decode_lm_head_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_wte,
                                 float* logits, float* candidate_values,
                                 std::int32_t* candidate_indices, int B, int C, int V,
-                                DecodeMatmulWorkspace& workspace, cudaStream_t stream);
+                                DecodeMatmulWorkspace& workspace, cudaStream_t stream,
+                                DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 }  // namespace ladder

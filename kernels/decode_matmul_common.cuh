@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_check.hpp"
 #include "kernels/argmax_order.cuh"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/device_primitives.cuh"
@@ -49,10 +51,20 @@ struct DecodeMatmulArguments {
   int splits;
   int chunks_per_split;
   DecodeEpilogue epilogue;
-  bool out_pairs;  ///< N even and out aligned to two outputs: paired stores
+  bool out_pairs;     ///< N even and out aligned to two outputs: paired stores
+  bool programmatic;  ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic,
+                      ///< on a device that runs them)
 };
 
 // ---------------------------------------------------------------- host side
+
+/// The kernels' limit on B: all B rows of x for a chunk sit in shared memory (or in the
+/// mma fragments) beside the weight, in row tiles of at most kDecodeMaxRows.
+inline void require_decode_rows(const char* launcher, int B) {
+  launch_checks::require_at_most(launcher, "B", B, kDecodeMaxRows,
+                                 "the decode matmuls hold all rows of x on chip (larger batches: "
+                                 "slices of 64 rows, DecodeStepContext)");
+}
 
 /// The plan of a product cut into chunks of `chunk_rows` inputs of K, row tile
 /// `row_tile`, the splits that take the fewest waves x chunks per block
@@ -62,9 +74,7 @@ inline DecodeMatmulPlan plan_decode_chunks(const char* caller, int B, int K, int
                                            int multiprocessors, int row_tile, int chunk_rows) {
   launch_checks::require_positive(
       caller, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  if (B > kDecodeMaxRows)
-    launch_checks::fail(caller, "B must be at most " + std::to_string(kDecodeMaxRows) + " (got " +
-                                    std::to_string(B) + ")");
+  require_decode_rows(caller, B);
   DecodeMatmulPlan plan;
   plan.row_tile = row_tile;
   plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
@@ -91,7 +101,7 @@ inline void check_product_arguments(const char* launcher, const void* x, const v
     launch_checks::require_not_null(launcher, "bias", bias);
   }
   launch_checks::require_positive(launcher, {{"B", B}, {"K", K}, {"N", N}});
-  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+  require_decode_rows(launcher, B);
 }
 
 /// The checks of launch_decode_lm_head and its bf16 twin.
@@ -104,7 +114,7 @@ inline void check_lm_head_arguments(const char* launcher, const void* x, const v
   launch_checks::require(logits != nullptr || candidate_values != nullptr, launcher,
                          "nothing to write: give logits, candidates or both");
   launch_checks::require_positive(launcher, {{"B", B}, {"C", C}, {"V", V}});
-  launch_checks::require(B <= kDecodeMaxRows, launcher, "B must be at most 64");
+  require_decode_rows(launcher, B);
 }
 
 /// The arguments of one product under `plan`, after the checks every product shares
@@ -113,7 +123,8 @@ template <typename Element, typename Output>
 DecodeMatmulArguments<Element, Output> product_arguments(
     const char* launcher, const Element* x, const Element* weight, const Element* bias, Output* out,
     float* candidate_values, std::int32_t* candidate_indices, int B, int K, int N, int padded_rows,
-    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, DecodeMatmulWorkspace& workspace) {
+    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, DecodeMatmulWorkspace& workspace,
+    DecodeLaunch launch) {
   constexpr int kMaxGridY = 65535;  // column tiles are blockIdx.y
   launch_checks::require(launch_checks::is_16_byte_aligned(weight), launcher,
                          "the packed weight must be 16-byte aligned");
@@ -144,7 +155,49 @@ DecodeMatmulArguments<Element, Output> product_arguments(
   arguments.epilogue = epilogue;
   arguments.out_pairs = out != nullptr && N % 2 == 0 &&
                         reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
+  arguments.programmatic =
+      launch == DecodeLaunch::kProgrammatic && workspace.programmatic_launches();
   return arguments;
+}
+
+/// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
+/// memory; when arguments.programmatic it carries the programmatic stream serialization
+/// attribute (decode_matmul.cuh), otherwise it is a plain launch.
+template <typename Arguments>
+void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
+                           const Arguments& arguments, cudaStream_t stream) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = arguments.programmatic ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, arguments));
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+// ---------------------------------------------------------------- grid dependency control
+
+/// Waits until the kernel before this one on the stream has completed and its writes
+/// are visible (griddepcontrol.wait). Returns at once when the launch was not a
+/// programmatic dependent one, or on GPUs before sm_90 (no such launch exists there).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Lets the kernel after this one on the stream launch once every block of this grid has
+/// called it or exited (griddepcontrol.launch_dependents). It promises nothing about
+/// this grid's writes: the dependent's wait_for_previous_kernel waits for completion.
+__device__ __forceinline__ void allow_next_kernel_to_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // ---------------------------------------------------------------- the kernels' tail

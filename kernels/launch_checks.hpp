@@ -33,6 +33,24 @@ inline void require_not_null(const char* launcher, const char* name, const void*
   if (pointer == nullptr) fail(launcher, std::string(name) + " must not be null");
 }
 
+/// The limits a kernel is built for, stated plainly at the top of its launcher: throws
+/// "launcher: name must be at most limit (got value): why" past it. `why` names what
+/// the limit comes from (registers, shared memory, the rows a kernel holds on chip).
+inline void require_at_most(const char* launcher, const char* name, long long value,
+                            long long limit, const char* why) {
+  if (value > limit)
+    fail(launcher, std::string(name) + " must be at most " + std::to_string(limit) + " (got " +
+                       std::to_string(value) + "): " + why);
+}
+
+/// Throws "launcher: name (value) must be divisible by divisor_name (divisor)" unless it is.
+inline void require_divisible(const char* launcher, const char* name, long long value,
+                              const char* divisor_name, long long divisor) {
+  if (divisor <= 0 || value % divisor != 0)
+    fail(launcher, std::string(name) + " (" + std::to_string(value) + ") must be divisible by " +
+                       divisor_name + " (" + std::to_string(divisor) + ")");
+}
+
 /// An argument and its name, for the list forms below.
 template <typename T>
 struct Named {

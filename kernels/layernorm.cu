@@ -158,10 +158,8 @@ void check_layernorm_arguments(const char* launcher, const void* weight, const v
   launch_checks::require_positive(launcher, {{"rows", rows}, {"C", C}});
   launch_checks::require(std::isfinite(eps) && eps >= 0.0f, launcher,
                          "eps must be finite and >= 0");
-  if (C > kMaxLayernormC)
-    launch_checks::fail(launcher, "C (" + std::to_string(C) + ") exceeds " +
-                                      std::to_string(kMaxLayernormC) +
-                                      ", the longest row a block keeps in registers");
+  launch_checks::require_at_most(launcher, "C", C, kMaxLayernormC,
+                                 "the longest row a block keeps in registers (kMaxLayernormC)");
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ and cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump); no GPU. It r
     bandwidth of that run; results/ncu/NN_*.csv, once committed: Nsight Compute's
     measurements (scripts/profile_kernels.sh).
 The check (--check) fails when a kernel on a chapter's path uses local memory (spills),
+when one of ours has no recorded launch (no launch configuration, no occupancy), when a
+launcher a chapter calls is not recorded by tests/kernel_launch_configs,
 when a kernel's SASS lacks an instruction its comment promises (a line
 `// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel), or when
 docs/kernels.md is not what this script writes.
@@ -113,6 +115,7 @@ def demangle(names):
 def short_name(name):
     """'void ladder::(anonymous namespace)::k<4, 1>(float*, ...)' -> 'k<4, 1>'."""
     name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"(?:<|\b)unnamed>::", "", name)  # ncu's spelling of the same namespace
     if name.startswith("void "):
         name = name[len("void "):]
     name = name.split("(")[0].strip()
@@ -344,7 +347,37 @@ def measured_by_ncu(chapter):
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as handle:
-        return {short_name(row["kernel"]): row for row in csv.DictReader(handle)}
+        return {ncu_key(row["kernel"]): row for row in csv.DictReader(handle)}
+
+
+def ncu_key(name):
+    """ncu spells a kernel's bool template arguments 0 and 1 where cuobjdump and CUPTI say
+    false and true: one spelling to match them by."""
+    return re.sub(r"\bfalse\b", "0", re.sub(r"\btrue\b", "1", short_name(name)))
+
+
+def kernel_launchers():
+    """The launchers kernels/*.cuh declare (`void launch_xxx(`)."""
+    names = set()
+    for header in glob.glob(os.path.join(ROOT, "kernels", "*.cuh")):
+        names.update(re.findall(r"\bvoid\s+(launch_\w+)\s*\(",
+                                open(header, encoding="utf-8").read()))
+    return names
+
+
+def chapter_launchers(chapter):
+    """The kernel launchers a chapter's step calls: in its sources, and in the common/
+    headers they include (a step context such as common/decode_step_context.hpp calls
+    the launchers for the chapter)."""
+    text = ""
+    for source in sorted(glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*"))):
+        source_text = open(source, encoding="utf-8").read()
+        text += source_text
+        for header in re.findall(r'#include\s+"(common/\w+\.hpp)"', source_text):
+            path = os.path.join(ROOT, header)
+            if os.path.exists(path):
+                text += open(path, encoding="utf-8").read()
+    return set(re.findall(r"\b(launch_\w+)\s*\(", text)) & kernel_launchers()
 
 
 def chapter_path(chapter, configurations):
@@ -356,10 +389,7 @@ def chapter_path(chapter, configurations):
     if traced is not None:
         return [(short_name(name), us, launches, "ladder::" in name)
                 for name, us, launches in traced], True, []
-    text = ""
-    for source in sorted(glob.glob(os.path.join(ROOT, "chapters", chapter, "*.c*"))):
-        text += open(source, encoding="utf-8").read()
-    launchers = set(re.findall(r"\b(launch_\w+)\s*\(", text))
+    launchers = chapter_launchers(chapter)
     recorded = {record[1] for records in configurations.values() for record in records}
     names = sorted({kernel for kernel, records in configurations.items()
                     for record in records if record[1] in launchers})
@@ -403,10 +433,15 @@ def render(build, kernels, configurations, occupancy_of, promises):
         "  minimal traffic, formula below), **took**: CUPTI's GPU time per step, and the bandwidth",
         "  the two imply as a share of the copy bandwidth measured in the same run (above 100%:",
         "  the data came from the L2 cache, 50 MB on the H200, where the kernel before left it).",
-        "- **ncu**: Nsight Compute on one step halfway through the run: GPU time, DRAM bytes",
-        "  read + written (and the bandwidth they imply as a share of the copy bandwidth),",
-        "  achieved occupancy; \"not measured\" until `scripts/profile_kernels.sh` has run on the",
-        "  GPU and its `results/ncu/` files are committed.",
+        "- **ncu**: Nsight Compute on one step halfway through the run (chapters 08 on, whose",
+        "  loop runs inside a conditional graph node that ncu does not profile kernel by kernel:",
+        "  the plain prefill of the first generation, the same products on the same shapes at",
+        "  the default one-token prompt): GPU time, DRAM bytes read + written (and the bandwidth",
+        "  they imply as a share of the copy bandwidth), achieved occupancy. ncu runs each kernel",
+        "  alone with its clocks at base and the caches flushed, so its times are longer than",
+        "  the trace's; its DRAM bytes are the kernel's own. \"not measured\" until",
+        "  `scripts/profile_kernels.sh` has run on the GPU and its `results/ncu/` files are",
+        "  committed.",
         "",
         "Library kernels (cuBLASLt's matmuls) have no objects here; their rows show the trace",
         "only.",
@@ -473,13 +508,18 @@ def render(build, kernels, configurations, occupancy_of, promises):
                   "traced path or not",
                   "(the decode matmuls, the bf16 kernels): CTest holds every built "
                   "instantiation to its promise",
-                  "and to zero local memory. Launch configurations and occupancy are not "
-                  "recorded for these yet.", "",
-                  "| kernel | regs | local | static shared | loads | stores | MMA |",
-                  "|---|---:|---:|---:|---|---|---|"]
+                  "and to zero local memory. Launch and occupancy: GPT-2 small at B = 32, for "
+                  "the instantiations",
+                  "that shape takes (the others: \"not recorded\").", "",
+                  "| kernel | launch | regs | local | static shared | dynamic shared | "
+                  "occupancy 80/86/89/90 % (sm_90 limiter) | loads | stores | MMA |",
+                  "|---|---|---:|---:|---:|---:|---|---|---|---|"]
         for name in promised:
             info = kernels[name]
-            lines.append(f"| `{name}` | {info['registers']} | {info['local']} | {info['shared']} "
+            records = configurations.get(name, [])
+            lines.append(f"| `{name}` | {launch_cell(records, False)} | {info['registers']} "
+                         f"| {info['local']} | {info['shared']} | {dynamic_shared(records)} "
+                         f"| {occupancy_cell(info, records, occupancy_of)} "
                          f"| {info['loads']} | {info['stores']} | {info['mma']} |")
         lines.append("")
     lines += ["## Minimal traffic per launch", "",
@@ -541,7 +581,7 @@ def occupancy_cell(info, records, occupancy_of):
 def ncu_cell(ncu, name, bandwidth):
     if ncu is None:
         return "not measured"
-    row = ncu.get(name)
+    row = ncu.get(ncu_key(name))
     if row is None:
         return "-"
     moved = float(row["dram_read_bytes"]) + float(row["dram_write_bytes"])
@@ -554,8 +594,9 @@ def ncu_cell(ncu, name, bandwidth):
 
 # ---------------------------------------------------------------- Nsight Compute import
 
-NCU_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # to us
-             "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "": 1.0}
+NCU_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3,  # to us
+             "ms": 1e3, "second": 1e6, "s": 1e6,
+             "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0}
 
 
 def import_ncu(raw_csv, chapter):
@@ -574,7 +615,12 @@ def import_ncu(raw_csv, chapter):
         if metric not in row:
             fail(f"{raw_csv}: no column {metric}")
         number = float(row[metric].replace(",", "") or 0)
-        return number * NCU_UNITS.get(units.get(metric, "").strip(), 1.0)
+        unit = units.get(metric, "").strip()
+        if metric == "gpu__time_duration.sum" and unit not in NCU_UNITS:
+            # --print-units base gives nanoseconds; a file without its units row cannot say
+            fail(f"{raw_csv}: the unit of {metric} is {unit or 'missing'!r}, not one this "
+                 "script converts")
+        return number * NCU_UNITS.get(unit, 1.0)
 
     totals = {}
     for row in launches:
@@ -637,11 +683,17 @@ def check(kernels, promises, configurations):
     """Problems on the chapters' paths: spills, promises the SASS does not keep."""
     problems = []
     for chapter in chapters():
-        rows, _, _ = chapter_path(chapter, configurations)
-        for name, _, _, _ in rows:
+        rows, _, unrecorded = chapter_path(chapter, configurations)
+        for launcher in unrecorded:
+            problems.append(f"{chapter}: {launcher} is not called by "
+                            "tests/kernel_report/launch_configs.cpp (no launch or occupancy)")
+        for name, _, _, ours in rows:
             info = kernels.get(name)
             if info is None:
                 continue
+            if ours and not configurations.get(name):
+                problems.append(f"{chapter}: {name} has no recorded launch, so no occupancy "
+                                "(call its launcher in tests/kernel_report/launch_configs.cpp)")
             if info["spills"]:
                 problems.append(f"{chapter}: {name} uses {info['local']} bytes of local memory "
                                 "(spills)")

@@ -24,7 +24,8 @@ workload and with the same timing rules, so their rows can sit in the same table
                           host checks step i - 1's flag only after step i is enqueued
 
 The workload is the chapters': GPT-2 small (transformers' GPT2Config() defaults), fp32
-weights, B prompts holding only BOS (50256), greedy argmax, up to N new tokens, stopping
+weights (bf16 in the bf16 rows), B prompts holding only BOS (50256), greedy argmax, up to
+N new tokens, stopping
 once every row has produced EOS (a finished row keeps being decoded, as in the chapters). The
 weights are transformers' own random initialisation after torch.manual_seed(--seed)
 (normal(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer), LayerNorm 1 and 0):
@@ -34,9 +35,13 @@ loop is written out here (no model.generate) so the stopping rule and the per-st
 synchronisation are explicit. Attention is transformers' default (SDPA); the naive
 variant computes the logits of every position, as model(input_ids) does.
 
-Precision: two sets of rows. "fp32" is plain fp32 arithmetic, as the chapters by default
+Precision: three sets of rows. "fp32" is plain fp32 arithmetic, as the chapters by default
 (torch.backends.cuda.matmul.allow_tf32 = False, set_float32_matmul_precision('highest'));
-"tf32" sets set_float32_matmul_precision('high'): TF32 matmuls.
+"tf32" sets set_float32_matmul_precision('high'): TF32 matmuls; "bf16" converts the model
+to torch.bfloat16 (weights, activations, the KV cache and the logits; PyTorch's matmuls
+accumulate in fp32), as chapter 10 stores its tensors. The bf16 rows' floor is chapter
+10's: weights and cache in 2-byte elements, the logits in 4 (chapter 10 writes fp32
+logits; PyTorch's bf16 logits take 2, a difference of B x 50257 x 2 bytes a step).
 
 Timing, as the chapters: --warmup untimed runs first (they also compile), then --runs
 timed runs, each between torch.cuda.synchronize() calls, timed with time.perf_counter;
@@ -67,7 +72,7 @@ its own (framework versions, compile mode, errors). A progress line per run goes
 Written against torch 2.11 and transformers 5.17. Usage (on a machine with a CUDA GPU; the
 default set took 7.5 minutes on an H200 with 3 timed runs, most of it the naive variant at
 N = 400; the max-autotune modes compile for minutes more):
-    python3 scripts/pytorch_baseline.py                     # every variant, fp32 and tf32
+    python3 scripts/pytorch_baseline.py                     # every variant, fp32, tf32 and bf16
     python3 scripts/pytorch_baseline.py --quick             # smoke run: N = 8, one run
     python3 scripts/pytorch_baseline.py --variants static,compile --precision tf32 \\
         --batch 1,8,32,64 --new-tokens 100 --out /tmp/pt
@@ -114,7 +119,7 @@ VARIANTS = [
             "PyTorch: static cache + torch.compile + stream ping-pong", ""),
 ]
 VARIANTS_BY_KEY = {variant.key: variant for variant in VARIANTS}
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
 
 
@@ -164,21 +169,24 @@ def hash_tokens(token_bytes: bytes) -> str:
     return f"{value:016x}"
 
 
-def floor_bytes(config, batch: int, prompt_length: int, steps: int) -> float:
+def floor_bytes(config, batch: int, prompt_length: int, steps: int,
+                element_bytes: int = 4) -> float:
     """common/benchmark.cpp floor_bytes: the bytes that must cross HBM for `steps` steps.
 
     Per step: every weight once, except the embedding tables (a step reads only the B rows
     it looks up), the token embedding again, whole, as the tied LM head, the keys and
-    values of every layer up to the current position, and the logits.
+    values of every layer up to the current position (weights and cache in element_bytes
+    each: 4 in fp32, 2 in bf16), and the fp32 logits.
     """
     C, V, P, L = config.n_embd, config.vocab_size, config.n_positions, config.n_layer
     block = 2 * (2 * C) + (C * 3 * C + 3 * C + C * C + C) + (C * 4 * C + 4 * C + 4 * C * C + C)
     parameters = V * C + P * C + L * block + 2 * C
     weights = parameters - P * C
-    floats = 0.0
+    total = 0.0
     for step in range(steps):
-        floats += weights + 2.0 * L * batch * (prompt_length + step) * C + batch * V
-    return floats * 4
+        stored = weights + 2.0 * L * batch * (prompt_length + step) * C
+        total += stored * element_bytes + batch * V * 4
+    return total
 
 
 def format_bytes(count: float) -> str:
@@ -333,12 +341,12 @@ def decode_static_cache_pingpong(torch, forward, cache, prompts, max_new_tokens,
 # ---------------------------------------------------------------- the worker (one process)
 
 def set_precision(torch, precision: str) -> None:
-    if precision == "fp32":
+    if precision == "tf32":  # TF32 matmuls
+        torch.set_float32_matmul_precision("high")
+    else:  # fp32 arithmetic; in bf16 the model's dtype decides
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-    else:  # TF32 matmuls
-        torch.set_float32_matmul_precision("high")
 
 
 def measure_copy_bandwidth(torch, nbytes: int = 1 << 30, repeats: int = 20) -> float:
@@ -394,7 +402,8 @@ class VariantRunner:
         self.transformers = transformers
         torch.manual_seed(args.seed)  # transformers' initialisation draws from the global generator
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config())
-        self.model = model.to(device=DEVICE, dtype=torch.float32).eval()
+        dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+        self.model = model.to(device=DEVICE, dtype=dtype).eval()
         self.config = self.model.config
         self.eos = self.config.eos_token_id
         self.bos = self.config.bos_token_id
@@ -482,7 +491,8 @@ class VariantRunner:
         row.update({
             "ms_per_step": median * 1e3 / steps if steps else 0.0,
             "tokens_per_s": batch * steps / median if median > 0 else 0.0,
-            "floor_s": floor_bytes(self.config, batch, 1, steps) / self.bandwidth,
+            "floor_s": floor_bytes(self.config, batch, 1, steps,
+                                   2 if self.args.precision == "bf16" else 4) / self.bandwidth,
             "peak_allocated_bytes": peak_allocated,
             "peak_reserved_bytes": peak_reserved,
             "fragmentation": (peak_reserved - peak_allocated) / peak_reserved if peak_reserved else 0.0,

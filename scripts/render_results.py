@@ -28,11 +28,13 @@ and writes, always generated and never edited by hand:
                                          of a bench/ program kept in results/micro/
 
 The tables: per chapter and size, the median time, ms per step, tokens/s, speedup over
-chapter 01 and over the chapter before (same batch, new tokens and precision), the time as
+chapter 01 and over the chapter before (same batch, new tokens and precision; a bf16
+chapter continues the fp32 ladder, so its "before" is the fp32 chapter before it), the time as
 a multiple of the HBM floor (floor_s in the JSON: the bytes a step must move over the copy
 bandwidth measured in the same run), peak allocated and reserved bytes, fragmentation,
 allocations and host synchronisations per step, and whether the tokens equal chapter 01's
-(same token hash at the same batch and new tokens). The main table holds the batch with
+(same token hash at the same batch and new tokens; "no (bf16)" for a bf16 chapter, which
+is held to the bf16 reference instead). The main table holds the batch with
 the most token counts (B = 32: N = 100, 200, 400), the second the batch sweep (N = 100:
 B = 1, 8, 32, 64); the PyTorch rows follow as their own block, where the speedups and the
 token check refer to the PyTorch naive variant of the same precision. Every block names
@@ -68,7 +70,13 @@ PLOTS = {
     "batch_sweep": "results_batch_sweep.png",
 }
 PYTORCH_ORDER = [variant.chapter for variant in VARIANTS]
-PRECISION_ORDER = ["fp32", "tf32"]
+PRECISION_ORDER = ["fp32", "tf32", "bf16"]
+# A chapter's page shows its default run: no --tf32 (fp32), or bf16 for a chapter that
+# stores its numbers in bf16 (its JSON says "precision": "bf16").
+PAGE_PRECISIONS = ("fp32", "bf16")
+# The bf16 chapters continue the fp32 ladder: their "× 01", "× prev" and the rows beside
+# them are the fp32 chapters before them.
+LADDER_OF_PRECISION = {"bf16": ("fp32", "bf16")}
 PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
 PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 
@@ -109,6 +117,16 @@ class Report:
                         else len(PYTORCH_ORDER))
             return (1, precision, position, self.chapter)
         return (0, precision, 0, self.chapter)
+
+
+def ladder_group(reports, report):
+    """The reports whose rows `report` is compared with, in ladder order: the same
+    precision, or for a chapter the ladder its precision continues (LADDER_OF_PRECISION);
+    a PyTorch variant keeps to its own precision."""
+    precisions = (LADDER_OF_PRECISION.get(report.precision, (report.precision,))
+                  if not report.is_pytorch else (report.precision,))
+    return [other for other in reports
+            if other.precision in precisions and other.is_pytorch == report.is_pytorch]
 
 
 def fail(message: str):
@@ -241,7 +259,7 @@ class Comparisons:
         self.reports = reports
 
     def _same_precision(self, report):
-        return [other for other in self.reports if other.precision == report.precision]
+        return ladder_group(self.reports, report)
 
     def reference(self, report):
         group = self._same_precision(report)
@@ -274,7 +292,10 @@ class Comparisons:
         mine, theirs = report.rows[size].get("token_hash"), reference.rows[size].get("token_hash")
         if not mine or not theirs:
             return "—"
-        return "yes" if mine == theirs else "**no**"
+        if mine == theirs:
+            return "yes"
+        # A bf16 chapter is held to the bf16 reference, not to fp32's tokens (its page).
+        return "no (bf16)" if report.precision != reference.precision else "**no**"
 
 
 def has_trace(reports) -> bool:
@@ -364,7 +385,7 @@ def beside_previous_table(report, ladder, layout, columns: list) -> list:
 
 
 def beside_previous_block(run, report, ladder, layout, results_name, columns) -> str:
-    group = [other for other in ladder if other.precision == report.precision]
+    group = ladder_group(ladder, report)
     index = group.index(report)
     before = group[index - 1].label if index > 0 else None
     lines = [generated_note(results_name), "",
@@ -865,6 +886,31 @@ class Writer:
         return True
 
 
+def unmeasured_block(results_name: str) -> str:
+    return "\n".join([generated_note(results_name), "",
+                      f"Not measured: `{results_name}` holds no run of this chapter yet "
+                      "(`scripts/run_ladder.sh` writes one on a GPU machine)."])
+
+
+def render_unmeasured_chapters(root: pathlib.Path, measured: set, results_name: str,
+                               writer) -> list:
+    """The results blocks of every chapter page the run has no report for say so; the
+    pages it wrote."""
+    written = []
+    for readme in sorted((root / "chapters").glob("*/README.md")):
+        if readme.parent.name in measured:
+            continue
+        text = readme.read_text()
+        beside = BESIDE_BEGIN.search(text)
+        blocks = ([(CHAPTER_BEGIN, CHAPTER_END)] if has_markers(text, CHAPTER_BEGIN) else []) + \
+                 ([(beside.group(1), BESIDE_END)] if beside else [])
+        for begin, end in blocks:
+            if writer.replace_between(readme, begin, end, unmeasured_block(results_name)):
+                if readme not in written:
+                    written.append(readme)
+    return written
+
+
 MEASURED_BEGIN = re.compile(r"^[ \t]*<!-- measured:(\S+):begin -->[ \t]*$", re.MULTILINE)
 
 
@@ -947,7 +993,7 @@ def main(argv) -> int:
             written.append(page)
         for report in ladder:
             chapter_readme = args.root / "chapters" / report.chapter / "README.md"
-            if report.precision != "fp32" or not chapter_readme.exists():
+            if report.precision not in PAGE_PRECISIONS or not chapter_readme.exists():
                 continue
             if has_markers(chapter_readme.read_text(), CHAPTER_BEGIN) and writer.replace_between(
                     chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
@@ -961,7 +1007,7 @@ def main(argv) -> int:
                 if chapter_readme not in written:
                     written.append(chapter_readme)
             if has_markers(chapter_readme.read_text(), STEP_TIME_BEGIN):
-                group = [other for other in ladder if other.precision == report.precision]
+                group = ladder_group(ladder, report)
                 index = group.index(report)
                 times = [time for time in (step_time(args.root, other)
                                            for other in group[max(0, index - 1):index + 1]) if time]
@@ -974,6 +1020,9 @@ def main(argv) -> int:
                                               step_time_block(times, image.name)):
                         if chapter_readme not in written:
                             written.append(chapter_readme)
+        measured = {report.chapter for report in ladder if report.precision in PAGE_PRECISIONS}
+        written += [page for page in render_unmeasured_chapters(args.root, measured, results_name,
+                                                                writer) if page not in written]
         written += [page for page in render_measured_blocks(args.root, writer)
                     if page not in written]
     if args.check:

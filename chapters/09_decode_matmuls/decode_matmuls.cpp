@@ -15,7 +15,8 @@
 // logits, each 64-column tile's best (value, index) per row, so the argmax reads 786
 // candidates per row instead of 50257 logits. --tf32 selects the TF32 tensor-core
 // kernels. The prefill's B x T rows take the same kernels, 64 rows at a time. The graph
-// and its WHILE loop are chapter 08's.
+// and its WHILE loop are chapter 08's; inside it every product is a programmatic
+// dependent launch, streaming its first weight chunks while the kernel before finishes.
 //
 // Run:      build/native/chapters/09_decode_matmuls        (B = 32; N = 100, 200, 400)
 // Profile:  ncu --kernel-name regex:decode_matmul --metrics
@@ -96,7 +97,9 @@ class Gpt2Decoder final : public Decoder {
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 09: the step's products on the decode kernels, every matrix
         // weight packed once, here, into the layout they stream; --tf32 picks the TF32 ones.
-        step_(model, options.allow_tf32) {
+        // Each is a programmatic dependent launch: it streams its first weight chunks
+        // while the kernel before it finishes, and waits for it before reading x.
+        step_(model, options.allow_tf32, DecodeLaunch::kProgrammatic) {
     // NEW in chapter 08: a GPU or driver without conditional graph nodes stops here.
     require_conditional_nodes();
   }

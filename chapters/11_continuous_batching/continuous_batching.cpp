@@ -336,7 +336,9 @@ class SlotDecoder final : public ServingBackend {
         capacity_(capacity),
         prefill_rows_(std::max(capacity, 2048)),
         allocator_(make_device_allocator("caching")),
-        step_(model, allow_tf32),
+        // Chapter 09's products: programmatic dependent launches, in the prefill's plain
+        // launches and in the decode step's graph alike.
+        step_(model, allow_tf32, DecodeLaunch::kProgrammatic),
         layout_{slots} {
     const cudaStream_t stream = step_.stream();
     const int C = config_.n_embd;

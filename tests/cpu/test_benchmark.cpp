@@ -43,6 +43,18 @@ TEST_CASE("the HBM floor counts weights, tied head, cache and logits per step", 
   CHECK(ladder::floor_bytes(config, 1, 1, 100) / 4.27e12 == Approx(0.0117).epsilon(0.02));
 }
 
+TEST_CASE("the bf16 floor halves weights and cache, the logits stay fp32", "[benchmark][bf16]") {
+  ladder::Gpt2Config config;
+  const double weights = static_cast<double>(config.parameter_count()) - 1024.0 * 768;
+  const double one = ladder::floor_bytes(config, 1, 1, 1, /*value_bytes=*/2);
+  CHECK(one == Approx(2.0 * (weights + 2.0 * 12 * 768) + 4.0 * 50257.0));
+  // B = 32, N = 100 from BOS: a little over half the fp32 floor (the logits do not halve).
+  const double ratio =
+      ladder::floor_bytes(config, 32, 1, 100, 2) / ladder::floor_bytes(config, 32, 1, 100);
+  CHECK(ratio > 0.5);
+  CHECK(ratio < 0.52);
+}
+
 TEST_CASE("the table and the JSON carry graph launches and host time per step", "[benchmark]") {
   ladder::ReportHeader header;
   header.chapter = "07_cuda_graphs";

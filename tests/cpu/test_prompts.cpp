@@ -16,6 +16,12 @@ TEST_CASE("BOS prompts hold one BOS per row", "[prompts]") {
   CHECK(prompts.tokens == std::vector<std::int32_t>{50256, 50256, 50256});
 }
 
+TEST_CASE("position-major prompts put each position's B tokens side by side", "[prompts]") {
+  const auto rows = ladder::prompts_from_rows({{1, 2, 3}, {4, 5, 6}}, 2);
+  CHECK(rows.position_major() == std::vector<std::int32_t>{1, 4, 2, 5, 3, 6});
+  CHECK(ladder::bos_prompts(3, 7).position_major() == std::vector<std::int32_t>{7, 7, 7});
+}
+
 TEST_CASE("random prompts are deterministic, in range and avoid the excluded id", "[prompts]") {
   const auto first = ladder::random_prompts(16, 9, 11, 10, 1234);
   const auto again = ladder::random_prompts(16, 9, 11, 10, 1234);

@@ -5,10 +5,12 @@
 //
 // Runs on a machine without a GPU: this program defines the runtime's kernel-launch
 // entry points itself (the functions that nvcc's `kernel<<<grid, block, shared,
-// stream>>>` expands into), so a launcher's launch is recorded instead of sent to a
-// device. Every launcher is called with the shapes the chapters pass and with fake,
-// 256-byte aligned device addresses (never dereferenced: no kernel runs). Output, one
-// line per launch, tab-separated:
+// stream>>>` expands into, and cudaLaunchKernelExC, which cudaLaunchKernelEx calls), so
+// a launcher's launch is recorded instead of sent to a device. The decode matmuls'
+// workspace asks the device for its multiprocessors, compute capability and memory:
+// answered here as an H200 would (132 multiprocessors, 9.0), with fake addresses. Every launcher is
+// called with the shapes the chapters pass and with fake, 256-byte aligned device addresses (never
+// dereferenced: no kernel runs). Output, one line per launch, tab-separated:
 //   workload  launcher  kernel-offset  grid.x,y,z  block.x,y,z  dynamic-shared-bytes
 // kernel-offset is the kernel's host stub address minus kernel_report_anchor's, which
 // scripts/kernel_report.py turns into the kernel's name with nm.
@@ -29,6 +31,8 @@
 #include "kernels/attention.cuh"
 #include "kernels/cache_attention.cuh"
 #include "kernels/cache_attention_bf16.cuh"
+#include "kernels/decode_matmul.cuh"
+#include "kernels/decode_matmul_bf16.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
@@ -99,7 +103,52 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void*
   return cudaSuccess;
 }
 
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* kernel,
+                                void** arguments) {
+  return __cudaLaunchKernel(reinterpret_cast<cudaKernel_t>(const_cast<void*>(kernel)),
+                            config->gridDim, config->blockDim, arguments, config->dynamicSmemBytes,
+                            config->stream);
+}
+
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+// DecodeMatmulWorkspace's constructor: the device, its multiprocessors, its scratch.
+constexpr int kReportMultiprocessors = 132;  // H200 (the report's sm_90)
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int /*device*/) {
+  if (attribute == cudaDevAttrMultiProcessorCount) {
+    *value = kReportMultiprocessors;
+  } else if (attribute == cudaDevAttrComputeCapabilityMajor) {
+    *value = 9;
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** pointer, std::size_t /*bytes*/) {
+  static std::uintptr_t next = std::uintptr_t{1} << 44;  // apart from FakeDeviceMemory's
+  next += std::uintptr_t{1} << 32;
+  *pointer = reinterpret_cast<void*>(next);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* /*pointer*/) { return cudaSuccess; }
+
+// The graph-loop launchers check that their stream is capturing: say it is.
+cudaError_t cudaStreamIsCapturing(cudaStream_t /*stream*/, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* /*pointer*/, int /*value*/, std::size_t /*bytes*/) {
+  return cudaSuccess;
+}
 
 // A debug build's CUDA_CHECK_LAUNCH() synchronizes after every launch.
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
@@ -239,6 +288,9 @@ void record_all() {
     ladder::launch_embedding_at_cursor_bf16(tokens, cursor, bf16_weight, bf16_bias, bf16_y, B, C,
                                             kStream);
   });
+  record("decode", "launch_embedding_bf16", [&] {
+    ladder::launch_embedding_bf16(tokens, positions, bf16_weight, bf16_bias, bf16_y, B, C, kStream);
+  });
   record("decode", "launch_layernorm_bf16", [&] {
     ladder::launch_layernorm_bf16(bf16_x, bf16_weight, bf16_bias, bf16_y, B, C, kEps, kStream);
   });
@@ -246,14 +298,70 @@ void record_all() {
     ladder::launch_decode_attention_bf16(bf16_qkv, bf16_keys, bf16_values, cursor, kCapacity,
                                          bf16_y, B, H, C, kStream);
   });
-  record("decode", "launch_argmax_step", [&] {
-    const ladder::GreedyState state{/*forced_tokens=*/nullptr,
-                                    finished,
-                                    all_finished,
-                                    output_tokens,
-                                    kNewTokens,
-                                    /*eos_id=*/50256};
-    ladder::launch_argmax_step(logits, tokens, state, cursor, B, V, kStream);
+  const ladder::GreedyState state{/*forced_tokens=*/nullptr,
+                                  finished,
+                                  all_finished,
+                                  output_tokens,
+                                  kNewTokens,
+                                  /*eos_id=*/50256};
+  record("decode", "launch_argmax_step",
+         [&] { ladder::launch_argmax_step(logits, tokens, state, cursor, B, V, kStream); });
+  const cudaGraphConditionalHandle condition = 0;  // never read: nothing runs
+  record("decode", "launch_argmax_step_in_graph_loop", [&] {
+    ladder::launch_argmax_step_in_graph_loop(logits, tokens, state, cursor, B, V, condition,
+                                             kStream);
+  });
+  record("decode", "launch_store_step_logits", [&] {
+    ladder::launch_store_step_logits(logits, workspace, cursor, B, V, kNewTokens, kStream);
+  });
+  const ladder::ArgmaxCandidates candidates{workspace, tokens,
+                                            ladder::decode_lm_head_candidates(V)};
+  record("decode", "launch_argmax_step_from_candidates", [&] {
+    ladder::launch_argmax_step_from_candidates(candidates, output_tokens, state, cursor, B,
+                                               kStream);
+  });
+  record("decode", "launch_argmax_step_from_candidates_in_graph_loop", [&] {
+    ladder::launch_argmax_step_from_candidates_in_graph_loop(candidates, output_tokens, state,
+                                                             cursor, B, condition, kStream);
+  });
+
+  // The decode matmuls (chapter 09; --tf32 takes the TF32 kernels) and their bf16 twins:
+  // a step's four layer products and the LM head, with the split plan of 132
+  // multiprocessors.
+  ladder::DecodeMatmulWorkspace decode_workspace;
+  struct Product {
+    int K;
+    int N;
+    ladder::DecodeEpilogue epilogue;
+  };
+  constexpr Product kProducts[] = {{C, 3 * C, ladder::DecodeEpilogue::kBias},
+                                   {C, C, ladder::DecodeEpilogue::kBiasResidual},
+                                   {C, 4 * C, ladder::DecodeEpilogue::kBiasGelu},
+                                   {4 * C, C, ladder::DecodeEpilogue::kBiasResidual}};
+  float* candidate_values = memory.next<float>();
+  std::int32_t* candidate_indices = memory.next<std::int32_t>();
+  for (const ladder::DecodePrecision precision :
+       {ladder::DecodePrecision::kFp32, ladder::DecodePrecision::kTf32}) {
+    for (const Product& p : kProducts)
+      record("decode", "launch_decode_matmul", [&] {
+        ladder::launch_decode_matmul(x, weight, bias, y, B, p.K, p.N, p.epilogue, precision,
+                                     decode_workspace, kStream,
+                                     ladder::DecodeLaunch::kProgrammatic);
+      });
+    record("decode", "launch_decode_lm_head", [&] {
+      ladder::launch_decode_lm_head(x, weight, nullptr, candidate_values, candidate_indices, B, C,
+                                    V, precision, decode_workspace, kStream,
+                                    ladder::DecodeLaunch::kProgrammatic);
+    });
+  }
+  for (const Product& p : kProducts)
+    record("decode", "launch_decode_matmul_bf16", [&] {
+      ladder::launch_decode_matmul_bf16(bf16_x, bf16_weight, bf16_bias, bf16_y, B, p.K, p.N,
+                                        p.epilogue, decode_workspace, kStream);
+    });
+  record("decode", "launch_decode_lm_head_bf16", [&] {
+    ladder::launch_decode_lm_head_bf16(bf16_x, bf16_weight, nullptr, candidate_values,
+                                       candidate_indices, B, C, V, decode_workspace, kStream);
   });
 }
 

@@ -32,13 +32,31 @@ std::string read_file(const std::string& path) {
   return contents.str();
 }
 
-}  // namespace
-
-std::vector<std::string> chapter_names() {
+std::vector<std::string> split_names(const std::string& comma_separated) {
   std::vector<std::string> names;
-  std::stringstream list(LADDER_CHAPTERS);
+  std::stringstream list(comma_separated);
   std::string name;
   while (std::getline(list, name, ',')) names.push_back(name);
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> chapter_names() { return split_names(LADDER_CHAPTERS); }
+
+std::vector<std::string> bf16_chapter_names() {
+  const std::vector<std::string> built = chapter_names();
+  std::vector<std::string> names;
+  for (const std::string& name : split_names(LADDER_BF16_CHAPTERS))
+    if (std::find(built.begin(), built.end(), name) != built.end()) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> fp32_chapter_names() {
+  const std::vector<std::string> bf16 = bf16_chapter_names();
+  std::vector<std::string> names;
+  for (const std::string& name : chapter_names())
+    if (std::find(bf16.begin(), bf16.end(), name) == bf16.end()) names.push_back(name);
   return names;
 }
 

@@ -19,6 +19,13 @@ inline const std::string kHostChapter = "00_cpu_reference";
 /// chapter_names() without kHostChapter: the chapters that need a GPU.
 std::vector<std::string> gpu_chapter_names();
 
+/// The chapters that store their numbers in bf16, in ladder order: checked against the
+/// CPU reference's bf16 mode.
+std::vector<std::string> bf16_chapter_names();
+
+/// chapter_names() without the bf16 chapters: the chapters that emit fp32's tokens.
+std::vector<std::string> fp32_chapter_names();
+
 /// Path of a file under tests/data.
 std::string test_data_path(const std::string& relative);
 

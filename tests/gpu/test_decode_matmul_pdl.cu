@@ -1,0 +1,297 @@
+// tests/gpu/test_decode_matmul_pdl.cu - the decode matmuls launched as programmatic
+// dependents (DecodeLaunch::kProgrammatic, kernels/decode_matmul.cuh) give the same bits
+// as plain launches: a layer's chain of dependent products (a LayerNorm, a plain launch,
+// before them; then c_attn, c_proj + residual, c_fc + GELU, MLP c_proj + residual and
+// the LM head, each reading what the one before wrote), twice, in a stream, in a
+// captured graph, and in the body of a conditional WHILE node as chapter 09 runs it.
+// fp32, TF32 and bf16.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "common/bfloat16.hpp"
+#include "common/cuda_check.hpp"
+#include "common/cuda_graph.hpp"
+#include "kernels/decode_matmul.cuh"
+#include "kernels/decode_matmul_bf16.cuh"
+#include "kernels/layernorm.cuh"
+#include "tests/gpu/bfloat16_test_helpers.hpp"
+#include "tests/gpu/decode_matmul_test_helpers.hpp"
+#include "tests/gpu/device_test_helpers.hpp"
+
+namespace ladder {
+namespace {
+
+constexpr int kC = 768;      // GPT-2 small
+constexpr int kV = 2000;     // an LM head of 32 column tiles, the last one partial
+constexpr int kRepeats = 2;  // the chain twice: the second LayerNorm follows a product
+constexpr float kEps = 1e-5f;
+
+/// fp32 (or TF32) storage and launches.
+struct Fp32Chain {
+  using Storage = float;
+  DecodePrecision precision;
+
+  static std::vector<float> stored(const std::vector<float>& values) { return values; }
+  static std::vector<float> packed(const std::vector<float>& weight, int K, int N) {
+    return pack_decode_weight(weight.data(), K, N);
+  }
+  static std::vector<float> packed_wte(const std::vector<float>& wte) {
+    return pack_decode_weight_transposed(wte.data(), kV, kC);
+  }
+  static void layernorm(const float* x, const float* weight, const float* bias, float* out, int B,
+                        cudaStream_t stream) {
+    launch_layernorm(x, weight, bias, out, B, kC, kEps, stream);
+  }
+  void linear(const float* x, const float* weight, const float* bias, float* out, int B, int K,
+              int N, DecodeEpilogue epilogue, test::DecodeQueue& queue, cudaStream_t stream,
+              DecodeLaunch launch) const {
+    launch_decode_matmul(x, weight, bias, out, B, K, N, epilogue, precision, queue.workspace,
+                         stream, launch);
+  }
+  void lm_head(const float* x, const float* wte, float* logits, float* values,
+               std::int32_t* indices, int B, test::DecodeQueue& queue, cudaStream_t stream,
+               DecodeLaunch launch) const {
+    launch_decode_lm_head(x, wte, logits, values, indices, B, kC, kV, precision, queue.workspace,
+                          stream, launch);
+  }
+};
+
+/// bf16 storage (the bits, as the bf16 tests keep them) and launches.
+struct Bf16Chain {
+  using Storage = std::uint16_t;
+
+  static const __nv_bfloat16* bf16(const std::uint16_t* bits) {
+    return reinterpret_cast<const __nv_bfloat16*>(bits);
+  }
+  static __nv_bfloat16* bf16(std::uint16_t* bits) { return reinterpret_cast<__nv_bfloat16*>(bits); }
+  static std::vector<std::uint16_t> stored(const std::vector<float>& values) {
+    return test::to_bfloat16_bits(values);
+  }
+  static std::vector<std::uint16_t> packed(const std::vector<float>& weight, int K, int N) {
+    return pack_bfloat16_weights(weight, K, N, BfloatLayout::k_tiled);
+  }
+  static std::vector<std::uint16_t> packed_wte(const std::vector<float>& wte) {
+    return pack_bfloat16_weights_transposed(wte.data(), kV, kC, BfloatLayout::k_tiled);
+  }
+  static void layernorm(const std::uint16_t* x, const std::uint16_t* weight,
+                        const std::uint16_t* bias, std::uint16_t* out, int B, cudaStream_t stream) {
+    launch_layernorm_bf16(bf16(x), bf16(weight), bf16(bias), bf16(out), B, kC, kEps, stream);
+  }
+  void linear(const std::uint16_t* x, const std::uint16_t* weight, const std::uint16_t* bias,
+              std::uint16_t* out, int B, int K, int N, DecodeEpilogue epilogue,
+              test::DecodeQueue& queue, cudaStream_t stream, DecodeLaunch launch) const {
+    launch_decode_matmul_bf16(bf16(x), bf16(weight), bf16(bias), bf16(out), B, K, N, epilogue,
+                              queue.workspace, stream, launch);
+  }
+  void lm_head(const std::uint16_t* x, const std::uint16_t* wte, float* logits, float* values,
+               std::int32_t* indices, int B, test::DecodeQueue& queue, cudaStream_t stream,
+               DecodeLaunch launch) const {
+    launch_decode_lm_head_bf16(bf16(x), bf16(wte), logits, values, indices, B, kC, kV,
+                               queue.workspace, stream, launch);
+  }
+};
+
+/// Everything the chain writes, as it stands afterwards.
+struct ChainResult {
+  std::vector<std::uint8_t> hidden;  // the bytes of each buffer: compared bit for bit
+  std::vector<std::uint8_t> qkv;
+  std::vector<std::uint8_t> expanded;
+  std::vector<float> logits;
+  std::vector<float> candidate_values;
+  std::vector<std::int32_t> candidate_indices;
+};
+
+template <typename T>
+std::vector<std::uint8_t> bytes_of(const std::vector<T>& values) {
+  const auto* first = reinterpret_cast<const std::uint8_t*>(values.data());
+  return std::vector<std::uint8_t>(first, first + values.size() * sizeof(T));
+}
+
+bool operator==(const ChainResult& a, const ChainResult& b) {
+  return a.hidden == b.hidden && a.qkv == b.qkv && a.expanded == b.expanded &&
+         bytes_of(a.logits) == bytes_of(b.logits) &&
+         bytes_of(a.candidate_values) == bytes_of(b.candidate_values) &&
+         a.candidate_indices == b.candidate_indices;
+}
+
+/// One layer's weights and the buffers of the chain at B rows, on the device.
+template <typename Chain>
+class LayerChain {
+ public:
+  using Storage = typename Chain::Storage;
+
+  LayerChain(std::mt19937& rng, const Chain& chain, int B)
+      : chain_(chain),
+        B_(B),
+        initial_hidden_(chain.stored(test::random_uniform(rng, std::size_t(B) * kC, -1, 1))),
+        ln_weight_(chain.stored(test::random_uniform(rng, kC, 0.5f, 1.5f))),
+        ln_bias_(chain.stored(test::random_uniform(rng, kC, -0.5f, 0.5f))),
+        qkv_weight_(packed(rng, kC, 3 * kC)),
+        qkv_bias_(chain.stored(test::random_uniform(rng, 3 * kC, -1, 1))),
+        proj_weight_(packed(rng, kC, kC)),
+        proj_bias_(chain.stored(test::random_uniform(rng, kC, -1, 1))),
+        fc_weight_(packed(rng, kC, 4 * kC)),
+        fc_bias_(chain.stored(test::random_uniform(rng, 4 * kC, -1, 1))),
+        mlp_weight_(packed(rng, 4 * kC, kC)),
+        mlp_bias_(chain.stored(test::random_uniform(rng, kC, -1, 1))),
+        wte_(chain.packed_wte(test::random_uniform(rng, std::size_t(kV) * kC, -0.1f, 0.1f))),
+        hidden_(initial_hidden_.size()),
+        normed_(std::size_t(B) * kC),
+        qkv_(std::size_t(B) * 3 * kC),
+        expanded_(std::size_t(B) * 4 * kC),
+        logits_(std::size_t(B) * kV),
+        values_(std::size_t(B) * decode_lm_head_candidates(kV)),
+        indices_(std::size_t(B) * decode_lm_head_candidates(kV)) {}
+
+  /// Puts back the chain's starting point: the residual stream, every output poisoned.
+  void reset() {
+    hidden_.upload(initial_hidden_);
+    normed_.poison();
+    qkv_.poison();
+    expanded_.poison();
+    logits_.poison();
+    values_.poison();
+    indices_.poison();
+  }
+
+  /// Enqueues the chain `repeats` times on `stream` (no host synchronization: capturable).
+  void enqueue(test::DecodeQueue& queue, cudaStream_t stream, DecodeLaunch launch,
+               int repeats = kRepeats) {
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      Chain::layernorm(hidden_.get(), ln_weight_.get(), ln_bias_.get(), normed_.get(), B_, stream);
+      chain_.linear(normed_.get(), qkv_weight_.get(), qkv_bias_.get(), qkv_.get(), B_, kC, 3 * kC,
+                    DecodeEpilogue::kBias, queue, stream, launch);
+      chain_.linear(normed_.get(), proj_weight_.get(), proj_bias_.get(), hidden_.get(), B_, kC, kC,
+                    DecodeEpilogue::kBiasResidual, queue, stream, launch);
+      chain_.linear(hidden_.get(), fc_weight_.get(), fc_bias_.get(), expanded_.get(), B_, kC,
+                    4 * kC, DecodeEpilogue::kBiasGelu, queue, stream, launch);
+      chain_.linear(expanded_.get(), mlp_weight_.get(), mlp_bias_.get(), hidden_.get(), B_, 4 * kC,
+                    kC, DecodeEpilogue::kBiasResidual, queue, stream, launch);
+      chain_.lm_head(hidden_.get(), wte_.get(), logits_.get(), values_.get(), indices_.get(), B_,
+                     queue, stream, launch);
+    }
+  }
+
+  ChainResult result() const {
+    return ChainResult{
+        bytes_of(hidden_.download()), bytes_of(qkv_.download()), bytes_of(expanded_.download()),
+        logits_.download(),           values_.download(),        indices_.download()};
+  }
+
+ private:
+  test::DeviceArray<Storage> packed(std::mt19937& rng, int K, int N) const {
+    return test::DeviceArray<Storage>(
+        chain_.packed(test::random_uniform(rng, std::size_t(K) * N, -0.05f, 0.05f), K, N));
+  }
+
+  Chain chain_;
+  int B_;
+  std::vector<Storage> initial_hidden_;
+  test::DeviceArray<Storage> ln_weight_, ln_bias_;
+  test::DeviceArray<Storage> qkv_weight_, qkv_bias_, proj_weight_, proj_bias_;
+  test::DeviceArray<Storage> fc_weight_, fc_bias_, mlp_weight_, mlp_bias_, wte_;
+  test::DeviceArray<Storage> hidden_, normed_, qkv_, expanded_;
+  test::DeviceArray<float> logits_, values_;
+  test::DeviceArray<std::int32_t> indices_;
+};
+
+/// Edges of `graph` of the programmatic type (what stream capture makes of the attribute).
+std::size_t programmatic_edges(cudaGraph_t graph) {
+  std::size_t count = 0;
+  CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  std::vector<cudaGraphNode_t> from(count), to(count);
+  std::vector<cudaGraphEdgeData> edges(count);
+  CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), edges.data(), &count));
+  std::size_t programmatic = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    if (edges[i].type == cudaGraphDependencyTypeProgrammatic) ++programmatic;
+  return programmatic;
+}
+
+/// Counts the WHILE loop's passes down: the condition is cleared on the last.
+__global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* passes_left) {
+  *passes_left -= 1;
+  cudaGraphSetConditional(condition, *passes_left > 0 ? 1u : 0u);
+}
+
+/// The chain in a stream (plain and programmatic launches), in a captured graph, and as
+/// the body of a WHILE node run once per repeat: every result the same bits.
+template <typename Chain>
+void check_launches_agree(const Chain& chain, int B) {
+  CAPTURE(B);
+  std::mt19937 rng(test::fresh_seed());
+  test::DecodeQueue queue;
+  const cudaStream_t stream = queue.stream.get();
+  LayerChain<Chain> layer(rng, chain, B);
+
+  layer.reset();
+  layer.enqueue(queue, stream, DecodeLaunch::kAfterPrevious);
+  queue.stream.synchronize();
+  const ChainResult plain = layer.result();
+
+  layer.reset();
+  layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic);
+  queue.stream.synchronize();
+  CHECK(layer.result() == plain);
+
+  // Captured: the attribute becomes programmatic edges between the kernel nodes.
+  const CudaGraph graph = capture_graph(
+      stream, [&] { layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic); }, "PDL chain");
+  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
+  const CudaGraphExec executable(graph, "PDL chain");
+  layer.reset();
+  executable.launch(stream);
+  synchronize_stage(stream, "the PDL chain graph");
+  CHECK(layer.result() == plain);
+
+  // Inside a WHILE node's body, as chapter 09's decode loop: one chain per pass.
+  require_conditional_nodes();
+  test::DeviceArray<int> passes_left(1);
+  CudaGraph loop = CudaGraph::create();
+  const cudaGraphConditionalHandle condition = create_condition(loop, /*initial=*/1);
+  cudaGraph_t body = nullptr;
+  capture_into_graph(
+      loop.get(), stream, [&] { body = add_while_node(stream, condition); }, "PDL loop");
+  capture_into_graph(
+      body, stream,
+      [&] {
+        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, /*repeats=*/1);
+        count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
+        CUDA_CHECK_LAUNCH(stream);
+      },
+      "PDL loop body");
+  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
+  const CudaGraphExec loop_executable(loop, "PDL loop");
+  layer.reset();
+  passes_left.upload(std::vector<int>{kRepeats});
+  loop_executable.launch(stream);
+  synchronize_stage(stream, "the PDL loop graph");
+  CHECK(layer.result() == plain);
+  CHECK(passes_left.download() == std::vector<int>{0});
+}
+
+TEST_CASE(
+    "programmatic launches of the decode matmuls give the plain launches' bits, fp32 "
+    "and tf32, in a stream, a graph and a WHILE body",
+    "[kernels][decode_matmul][pdl]") {
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    CAPTURE(precision == DecodePrecision::kTf32);
+    for (const int B : {1, 7, 32, 64}) check_launches_agree(Fp32Chain{precision}, B);
+  }
+}
+
+TEST_CASE(
+    "programmatic launches of the bf16 decode matmuls give the plain launches' bits, in "
+    "a stream, a graph and a WHILE body",
+    "[kernels][decode_matmul][bf16][pdl]") {
+  for (const int B : {1, 7, 32, 64}) check_launches_agree(Bf16Chain{}, B);
+}
+
+}  // namespace
+}  // namespace ladder
