@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
+#include "common/cli.hpp"
 #include "common/continuous_batching.hpp"
 #include "common/request_trace.hpp"
 #include "common/serving_statistics.hpp"
@@ -63,20 +64,8 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options options;
-  // The value after flag argv[i], which must lie in [low, high] (and be whole if asked).
-  auto number = [&](int& i, double low, double high, bool whole) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(flag + ": needs a value");
-    char* end = nullptr;
-    const double value = std::strtod(argv[++i], &end);
-    if (end == argv[i] || *end != '\0' || !(value >= low && value <= high) ||
-        (whole && value != static_cast<double>(static_cast<long long>(value)))) {
-      char range[96];
-      std::snprintf(range, sizeof(range), "%s in [%g, %g]", whole ? "a whole number" : "a number",
-                    low, high);
-      throw std::invalid_argument(flag + ": '" + argv[i] + "' is not " + range);
-    }
-    return value;
+  const auto number = [&](int& i, double low, double high, bool whole) {
+    return ladder::number_after_flag(argc, argv, i, low, high, whole);
   };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];

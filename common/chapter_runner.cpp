@@ -468,19 +468,7 @@ int run_on_host(int argc, char** argv, const ChapterInfo& chapter,
 /// Turns every error of `run` into one line and its exit code.
 template <typename Run>
 int exit_code_of(const ChapterInfo& chapter, const Run& run) {
-  const char* program = chapter.folder.c_str();
-  try {
-    return run();
-  } catch (const std::invalid_argument& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitUsageError;
-  } catch (const NoCudaDevice& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitNoCudaDevice;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitRuntimeError;
-  }
+  return exit_code_reporting_errors(chapter.folder.c_str(), run);
 }
 
 }  // namespace

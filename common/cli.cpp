@@ -2,11 +2,14 @@
 #include "common/cli.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
+
+#include "common/cuda_check.hpp"
 
 namespace ladder {
 
@@ -156,6 +159,37 @@ exit codes
   for (const auto& [code, meaning] : exit_codes)
     usage += "  " + std::to_string(code) + "  " + meaning + "\n";
   return usage;
+}
+
+double number_after_flag(int argc, const char* const* argv, int& i, double low, double high,
+                         bool whole) {
+  const std::string flag = argv[i];
+  if (i + 1 >= argc) throw std::invalid_argument(flag + ": needs a value");
+  char* end = nullptr;
+  const double value = std::strtod(argv[++i], &end);
+  if (end == argv[i] || *end != '\0' || !(value >= low && value <= high) ||
+      (whole && value != static_cast<double>(static_cast<long long>(value)))) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "%s in [%g, %g]", whole ? "a whole number" : "a number",
+                  low, high);
+    throw std::invalid_argument(flag + ": '" + argv[i] + "' is not " + range);
+  }
+  return value;
+}
+
+int exit_code_reporting_errors(const char* program, const std::function<int()>& run) {
+  try {
+    return run();
+  } catch (const std::invalid_argument& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitUsageError;
+  } catch (const NoCudaDevice& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitNoCudaDevice;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
+    return kExitRuntimeError;
+  }
 }
 
 }  // namespace ladder

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,5 +52,14 @@ RunOptions parse_run_options(int argc, const char* const* argv);
 
 /// The --help text: every flag, then the exit codes.
 std::string run_options_usage(const std::string& program);
+
+/// For programs with flags of their own: the value after flag argv[i] (i moves onto it),
+/// a number in [low, high] (whole if asked); throws std::invalid_argument("--flag: ...").
+double number_after_flag(int argc, const char* const* argv, int& i, double low, double high,
+                         bool whole);
+
+/// Runs `run` and returns its exit code; an exception becomes one line on stderr,
+/// "PROGRAM: error: what", and its exit code (usage 2, no CUDA device 3, anything else 1).
+int exit_code_reporting_errors(const char* program, const std::function<int()>& run);
 
 }  // namespace ladder

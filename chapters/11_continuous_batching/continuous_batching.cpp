@@ -125,22 +125,6 @@ struct ServingOptions {
   bool help = false;
 };
 
-/// The value after flag argv[i], a number in [low, high] (whole if asked).
-double number_after(int argc, char** argv, int& i, double low, double high, bool whole) {
-  const std::string flag = argv[i];
-  if (i + 1 >= argc) throw std::invalid_argument(flag + ": needs a value");
-  char* end = nullptr;
-  const double value = std::strtod(argv[++i], &end);
-  if (end == argv[i] || *end != '\0' || !(value >= low && value <= high) ||
-      (whole && value != static_cast<double>(static_cast<long long>(value)))) {
-    char range[96];
-    std::snprintf(range, sizeof(range), "%s in [%g, %g]", whole ? "a whole number" : "a number",
-                  low, high);
-    throw std::invalid_argument(flag + ": '" + argv[i] + "' is not " + range);
-  }
-  return value;
-}
-
 std::string text_after(int argc, char** argv, int& i) {
   const std::string flag = argv[i];
   if (i + 1 >= argc) throw std::invalid_argument(flag + ": needs a value");
@@ -173,27 +157,27 @@ ServingOptions parse_serving_options(int argc, char** argv) {
     } else if (flag == "--trace") {
       options.trace_file = text_after(argc, argv, i);
     } else if (flag == "--requests") {
-      options.trace.requests = static_cast<int>(number_after(argc, argv, i, 1, 1e7, true));
+      options.trace.requests = static_cast<int>(number_after_flag(argc, argv, i, 1, 1e7, true));
     } else if (flag == "--trace-seed") {
-      options.trace.seed = static_cast<std::uint64_t>(number_after(argc, argv, i, 0, 9e15, true));
+      options.trace.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
     } else if (flag == "--rate") {
-      options.trace.arrivals_per_second = number_after(argc, argv, i, 0, 1e9, false);
+      options.trace.arrivals_per_second = number_after_flag(argc, argv, i, 0, 1e9, false);
     } else if (flag == "--prompt-lengths") {
       range_after(argc, argv, i, options.trace.min_prompt_length, options.trace.max_prompt_length);
     } else if (flag == "--output-limits") {
       range_after(argc, argv, i, options.trace.min_new_tokens, options.trace.max_new_tokens);
     } else if (flag == "--slots") {
-      options.slots = static_cast<int>(number_after(argc, argv, i, 1, 4096, true));
+      options.slots = static_cast<int>(number_after_flag(argc, argv, i, 1, 4096, true));
     } else if (flag == "--kv-cache-budget-gib") {
-      options.kv_cache_budget_gib = number_after(argc, argv, i, 0, 1e6, false);
+      options.kv_cache_budget_gib = number_after_flag(argc, argv, i, 0, 1e6, false);
     } else if (flag == "--weights") {
       options.weights_directory = text_after(argc, argv, i);
     } else if (flag == "--config") {
       options.config_file = text_after(argc, argv, i);
     } else if (flag == "--seed") {
-      options.seed = static_cast<std::uint64_t>(number_after(argc, argv, i, 0, 9e15, true));
+      options.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
     } else if (flag == "--eos") {
-      options.eos_token_id = static_cast<int>(number_after(argc, argv, i, -1, 1e9, true));
+      options.eos_token_id = static_cast<int>(number_after_flag(argc, argv, i, -1, 1e9, true));
     } else if (flag == "--tf32") {
       options.allow_tf32 = true;
     } else if (flag == "--cupti") {
@@ -869,22 +853,12 @@ int serve_trace(const ServingPlan& plan) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* program = "11_continuous_batching";
-  try {
+  return exit_code_reporting_errors("11_continuous_batching", [&] {
     const ServingOptions options = parse_serving_options(argc, argv);
     if (options.help) {
       std::fputs(kUsage, stdout);
-      return kExitSuccess;
+      return static_cast<int>(kExitSuccess);
     }
     return serve_trace(make_serving_plan(options));
-  } catch (const std::invalid_argument& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitUsageError;
-  } catch (const NoCudaDevice& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitNoCudaDevice;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "%s: error: %s\n", program, error.what());
-    return kExitRuntimeError;
-  }
+  });
 }
