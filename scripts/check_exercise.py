@@ -16,13 +16,19 @@ It rebuilds the chapter and chapter 00 (the CPU reference as a chapter), then:
      --json, and the columns the exercise is about are printed beside the committed run's
      (results/latest). Where the exercise changes a count that does not depend on the
      machine (syncs/step for 01, alloc/step for 02), the count is checked too.
+Chapter 11's exercise (the admission order) changes the scheduler, which is host code:
+its check builds the CPU tests and bench/batching_schedule instead, runs the scheduler's
+contract on the CPU reference back-end (every request's tokens equal the reference's for
+that request alone) and prints the schedule's counts beside the ones chapter 11's page
+quotes, checking that the median latency fell. It needs no GPU.
 Exit status 0 when everything checked passed, 1 otherwise (each failure on one line).
-Step 1 needs a GPU for chapters 01 and later; chapter 00 runs anywhere.
+Step 1 needs a GPU for chapters 01-06; chapters 00 and 11 are checked anywhere.
 """
 import argparse
 import array
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,6 +66,29 @@ EXERCISES = {
            "columns": ["gpu_idle_between_steps_s", "host_syncs_per_step", "ms_per_step"],
            "checks": []},
 }
+
+# The exercises this script does not check, and what checks them instead.
+CHECKED_ELSEWHERE = {
+    "03": "its exercise changes no code",
+    "07": 'check it with build/current/tests/gpu_tests "[chapters]" (needs a GPU)',
+    "08": 'check it with build/current/tests/gpu_tests "[chapters]" (needs a GPU)',
+    "09": 'check it with build/current/tests/gpu_tests "[chapters]" (needs a GPU)',
+    "10": "its exercise changes no code, and bf16 tokens are not the fp32 reference's; "
+          'the bf16 chapter\'s own check is build/current/tests/gpu_tests "[chapter10]"',
+}
+
+# Chapter 11's exercise: the scheduler's contract, which a new admission order must keep
+# (the CPU tests that pin the arrival order's exact schedule are left out: they fail by
+# design), and the counts of bench/batching_schedule against the page's.
+SCHEDULER_CONTRACT = [
+    "every request's tokens equal the reference's alone*",
+    "no slot is leaked and the queue drains",
+    "slots are reused by many short requests among long ones",
+    "Poisson arrivals: nothing is admitted before it arrives*",
+]
+SCHEDULE_PAGE = REPOSITORY / "chapters" / "11_continuous_batching" / "README.md"
+SCHEDULE_LINE = re.compile(r"^scheduler, (static|continuous) +(\d+) steps .* latency p50 +(\d+) +"
+                           r"p99 +(\d+) steps", re.MULTILINE)
 
 
 def fail(message: str) -> None:
@@ -174,6 +203,54 @@ def check_columns(build: pathlib.Path, chapter: str, exercise: dict,
     return problems
 
 
+def schedule_counts(text: str) -> dict:
+    """{policy: (steps, p50 steps, p99 steps)} from batching_schedule's output."""
+    return {match[1]: tuple(int(match[i]) for i in (2, 3, 4))
+            for match in SCHEDULE_LINE.finditer(text)}
+
+
+def check_scheduler_exercise(build: pathlib.Path) -> int:
+    run(["cmake", "--build", build, "--target", "cpu_tests", "batching_schedule"],
+        f"building cpu_tests and batching_schedule in {build}")
+    problems = []
+    print("scheduler: the contract on the CPU reference back-end (cpu_tests)")
+    for case in SCHEDULER_CONTRACT:
+        result = subprocess.run([str(build / "tests" / "cpu_tests"), case], capture_output=True,
+                                text=True, check=False)
+        # Catch2 exits 0 when no case matches: a renamed case must not pass unseen.
+        matched = "No test cases matched" not in result.stdout
+        verdict = "ok" if result.returncode == 0 and matched else "FAILED"
+        print(f"  {case}: {verdict}")
+        if not matched:
+            problems.append(f"cpu_tests has no case '{case}'; this script needs updating")
+        elif result.returncode != 0:
+            problems.append(f"cpu_tests '{case}' failed (exit {result.returncode}); run it for "
+                            "the details")
+    print("scheduler: bench/batching_schedule beside chapter 11's page (steps, p50, p99 in steps)")
+    measured = schedule_counts(run([build / "bench" / "batching_schedule"],
+                                   "batching_schedule").stdout)
+    page = schedule_counts(SCHEDULE_PAGE.read_text())
+    for policy in ("static", "continuous"):
+        now, before = measured.get(policy), page.get(policy)
+        if now is None or before is None:
+            problems.append(f"no '{policy}' line in batching_schedule's output or the page")
+            continue
+        print(f"  {policy}: {now[0]} steps, p50 {now[1]}, p99 {now[2]} "
+              f"(page: {before[0]} steps, p50 {before[1]}, p99 {before[2]})")
+    if "continuous" in measured and "continuous" in page and \
+            not measured["continuous"][1] < page["continuous"][1]:
+        problems.append("continuous batching's median latency did not fall below the arrival "
+                        "order's: short requests are not admitted first")
+    for problem in problems:
+        print(f"check_exercise.py: 11: {problem}", file=sys.stderr)
+    print(f"11_continuous_batching: {'FAILED' if problems else 'passed'}")
+    return 1 if problems else 0
+
+
+# Exercises that change host code only, checked by their own function.
+HOST_CODE_EXERCISES = {"11": check_scheduler_exercise}
+
+
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("chapter", help="the chapter's number, e.g. 01")
@@ -181,11 +258,15 @@ def main(argv) -> int:
                         help="the build folder (default: build/current, the preset built last)")
     args = parser.parse_args(argv)
     number = args.chapter.zfill(2)
-    if number not in EXERCISES:
-        fail(f"no exercise check for chapter {number} (there are: {', '.join(EXERCISES)}; "
-             "chapter 03's exercise changes no code)")
-    chapter = chapter_folder(number)
     build = args.build.resolve()
+    if number in HOST_CODE_EXERCISES:
+        return HOST_CODE_EXERCISES[number](build)
+    if number in CHECKED_ELSEWHERE:
+        fail(f"no exercise check for chapter {number}: {CHECKED_ELSEWHERE[number]}")
+    if number not in EXERCISES:
+        fail(f"no exercise check for chapter {number} (there are: "
+             f"{', '.join([*EXERCISES, *HOST_CODE_EXERCISES])})")
+    chapter = chapter_folder(number)
     run(["cmake", "--build", build, "--target", chapter, REFERENCE_CHAPTER],
         f"building {chapter} in {build}")
 
