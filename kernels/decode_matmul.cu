@@ -29,9 +29,8 @@ namespace {
 
 using decode_common::chunk_range;
 using decode_common::ChunkRange;
-using decode_common::gather_splits;
-using decode_common::store_tile;
-using decode_common::sum_k_groups;
+using decode_common::finish_tile;
+using decode_common::store_mma_sums;
 
 constexpr int kThreads = decode_common::kThreads;  // 256
 constexpr int kWarps = kThreads / kWarpSize;
@@ -287,9 +286,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   for (int r = 0; r < kThreadRows; ++r)
     *reinterpret_cast<float4*>(group_tile + (first_row + r) * kTileStride + column) =
         make_float4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
-  __syncthreads();
-  sum_k_groups<kRows>(shared, Tiling::kKGroups, a.B);
-  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+  finish_tile<kRows>(a, tile, split, shared, Tiling::kKGroups);
 }
 
 // ---------------------------------------------------------------- tf32: mma.sync
@@ -361,20 +358,8 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
       });
   decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
 
-  float* group_tile = shared + k_group * kRows * kTileStride;
-#pragma unroll
-  for (int m16 = 0; m16 < kMTiles; ++m16) {
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) {
-      float* d = group_tile + (16 * m16 + g) * kTileStride + 16 * column_group + 8 * n8 + 2 * t;
-      *reinterpret_cast<float2*>(d) = make_float2(sums[m16][n8][0], sums[m16][n8][1]);
-      *reinterpret_cast<float2*>(d + 8 * kTileStride) =
-          make_float2(sums[m16][n8][2], sums[m16][n8][3]);
-    }
-  }
-  __syncthreads();
-  sum_k_groups<kRows>(shared, kTf32KGroups, a.B);
-  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+  store_mma_sums<kRows>(shared, k_group, column_group, g, t, sums);
+  finish_tile<kRows>(a, tile, split, shared, kTf32KGroups);
 }
 
 // ---------------------------------------------------------------- host side

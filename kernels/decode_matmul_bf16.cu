@@ -155,21 +155,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   }
   decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
 
-  float* group_tile = shared + k_group * kRows * kTileStride;
-#pragma unroll
-  for (int m16 = 0; m16 < kMTiles; ++m16) {
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) {
-      float* d = group_tile + (16 * m16 + g) * kTileStride + 16 * column_group + 8 * n8 + 2 * u;
-      *reinterpret_cast<float2*>(d) = make_float2(sums[m16][n8][0], sums[m16][n8][1]);
-      *reinterpret_cast<float2*>(d + 8 * kTileStride) =
-          make_float2(sums[m16][n8][2], sums[m16][n8][3]);
-    }
-  }
-  __syncthreads();
-  decode_common::sum_k_groups<kRows>(shared, kKGroups, a.B);
-  if (decode_common::gather_splits(a, tile, split, shared))
-    decode_common::store_tile(a, tile, shared);
+  decode_common::store_mma_sums<kRows>(shared, k_group, column_group, g, u, sums);
+  decode_common::finish_tile<kRows>(a, tile, split, shared, kKGroups);
 }
 
 // ---------------------------------------------------------------- host side

@@ -330,6 +330,36 @@ __device__ __forceinline__ void store_tile(const Arguments& a, int tile, const f
   }
 }
 
+/// A tensor-core warp's sums into its k-group's tile (shared + k_group * kRows * kTileStride):
+/// kMTiles m16 tiles by two n8 tiles, in the mma.sync accumulator layout (lane 4 g + t holds
+/// rows g and g + 8, columns 2 t and 2 t + 1 of each n8 tile; the warp's 16 columns start at
+/// 16 column_group).
+template <int kRows, int kMTiles>
+__device__ __forceinline__ void store_mma_sums(float* shared, int k_group, int column_group,
+                                               int g, int t, const float (&sums)[kMTiles][2][4]) {
+  float* group_tile = shared + k_group * kRows * kTileStride;
+#pragma unroll
+  for (int m16 = 0; m16 < kMTiles; ++m16) {
+#pragma unroll
+    for (int n8 = 0; n8 < 2; ++n8) {
+      float* d = group_tile + (16 * m16 + g) * kTileStride + 16 * column_group + 8 * n8 + 2 * t;
+      *reinterpret_cast<float2*>(d) = make_float2(sums[m16][n8][0], sums[m16][n8][1]);
+      *reinterpret_cast<float2*>(d + 8 * kTileStride) =
+          make_float2(sums[m16][n8][2], sums[m16][n8][3]);
+    }
+  }
+}
+
+/// The end every decode-matmul kernel shares, once each k-group's tile is in shared memory:
+/// the groups summed, the splits gathered, and the block that finishes the tile stores it.
+template <int kRows, typename Arguments>
+__device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int split, float* shared,
+                                            int k_groups) {
+  __syncthreads();
+  sum_k_groups<kRows>(shared, k_groups, a.B);
+  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+}
+
 /// The chunks of split `split`: [first, first + count).
 struct ChunkRange {
   int first;

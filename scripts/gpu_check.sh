@@ -36,7 +36,7 @@ mkdir -p "$out/logs"
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(test hf bench)
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+note() { summary+=("[${SECONDS} s] $1"); echo "== [${SECONDS} s] $1"; }  # seconds since the start
 wants() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 
 if ls .deps/*.deb >/dev/null 2>&1; then
