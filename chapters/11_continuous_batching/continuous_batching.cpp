@@ -237,14 +237,15 @@ ServingPlan make_serving_plan(const ServingOptions& options) {
     plan.trace = generate_trace(trace);
     validate_trace(plan.trace, limits);
     char description[160];
+    char arrivals[64] = "all at time 0";
+    if (trace.arrivals_per_second > 0)
+      std::snprintf(arrivals, sizeof(arrivals), "Poisson arrivals (%g/s)",
+                    trace.arrivals_per_second);
     std::snprintf(description, sizeof(description),
                   "%d requests (seed %llu), prompts %d-%d tokens, limits %d-%d, %s", trace.requests,
                   static_cast<unsigned long long>(trace.seed), trace.min_prompt_length,
-                  trace.max_prompt_length, trace.min_new_tokens, trace.max_new_tokens,
-                  trace.arrivals_per_second > 0 ? "Poisson arrivals" : "all at time 0");
+                  trace.max_prompt_length, trace.min_new_tokens, trace.max_new_tokens, arrivals);
     plan.trace_description = description;
-    if (trace.arrivals_per_second > 0)
-      plan.trace_description += " (" + std::to_string(trace.arrivals_per_second) + "/s)";
   }
   for (const Request& request : plan.trace)
     plan.capacity = std::max(plan.capacity,
