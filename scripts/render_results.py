@@ -329,6 +329,7 @@ def row_cells(report, size, comparisons, reference_name: str) -> dict:
         "tokens/s": f"{row['tokens_per_s']:,.0f}",
         f"× {reference_name}": ratio(over_reference), "× prev": ratio(over_previous),
         "× floor": ratio(row["median_s"] / floor if floor > 0 else None),
+        "floor ms": milliseconds(floor) if floor > 0 else "—",
         "peak alloc": format_bytes(row["peak_allocated_bytes"]),
         "peak resv": format_bytes(row["peak_reserved_bytes"]),
         "frag": f"{100 * row['fragmentation']:.0f}%",
@@ -369,7 +370,7 @@ def beside_previous_table(report, ladder, layout, columns: list) -> list:
     precision) above each, in the chosen columns only."""
     comparisons = Comparisons(ladder)
     # The traced columns of the graph chapters may be picked too (runs before them lack them: "—").
-    known = column_names("01", True) + ["graphs/step", "host µs/step"]
+    known = column_names("01", True) + ["graphs/step", "host µs/step", "floor ms"]
     unknown = [name for name in columns if name not in known]
     if unknown:
         fail(f"beside-previous: unknown column(s) {', '.join(unknown)}; choose from "
