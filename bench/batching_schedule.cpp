@@ -13,10 +13,13 @@
 // the chapter measures.
 //
 // Run:  build/current/bench/batching_schedule [--requests N] [--slots S] [--seed X]
-//                                            [--rate R] [--timeline]
+//                                            [--rate R] [--timeline] [--write-trace FILE]
 //   --rate R     Poisson arrivals, R requests per second, one step = 1 ms of the clock
 //   --timeline   also draw which request each slot holds, step by step, for the first
 //                12 requests of a short trace on 4 slots
+//   --write-trace FILE  also write the trace (common/request_trace.hpp's format): with the
+//                defaults, the very trace chapter 11 serves on GPT-2 (its vocabulary and
+//                EOS are the generator's defaults), for scripts/check_serving_trace.py
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -60,6 +63,7 @@ struct Options {
   ladder::TraceOptions trace;
   int slots = 32;
   bool timeline = false;
+  std::string trace_file;  ///< --write-trace: where to write the generated trace
 };
 
 Options parse_options(int argc, char** argv) {
@@ -79,11 +83,14 @@ Options parse_options(int argc, char** argv) {
       options.trace.arrivals_per_second = number(i, 0, 1e9, false);
     } else if (flag == "--timeline") {
       options.timeline = true;
+    } else if (flag == "--write-trace") {
+      if (i + 1 >= argc) throw std::invalid_argument("--write-trace needs a file name");
+      options.trace_file = argv[++i];
     } else {
       throw std::invalid_argument(
           "unknown flag '" + flag +
           "'; usage: batching_schedule [--requests N] [--slots S] [--seed X] [--rate R] "
-          "[--timeline]");
+          "[--timeline] [--write-trace FILE]");
     }
   }
   return options;
@@ -132,6 +139,10 @@ void print_timeline(const char* name, const ladder::ServingResult& result,
 int run(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
   const std::vector<ladder::Request> trace = ladder::generate_trace(options.trace);
+  if (!options.trace_file.empty()) {
+    ladder::write_trace(options.trace_file, trace);
+    std::printf("wrote the trace's %zu requests to %s\n", trace.size(), options.trace_file.c_str());
+  }
   const int capacity = 1024;  // GPT-2's context
   const ladder::StaticBatchingWaste waste =
       ladder::static_batching_waste_at_limits(trace, options.slots);

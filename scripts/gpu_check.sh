@@ -8,6 +8,9 @@
 #   test      build with all cores and run every test, GPU tests included
 #   hf        full-size random GPT-2 small from transformers: every chapter's greedy tokens
 #             must equal Hugging Face's (needs torch and transformers)
+#   serving   chapter 11 on its own trace on full-size random GPT-2 small, all at once and at
+#             200 requests/s: every request's tokens against chapter 07's for that prompt
+#             (scripts/check_serving_trace.py; makes the weights as hf does)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
 #             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
 #             decode-matmul and bf16 kernel tests
@@ -59,7 +62,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants kernels || wants hf || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants ladder; then
+if wants test || wants kernels || wants hf || wants serving || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants ladder; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -130,6 +133,20 @@ print(f'{same} of {sum(map(len, hf))} tokens equal; first difference per row at 
     done
   else
     note "hf gpt2-small: script FAILED (logs/hf.log)"; tail -20 "$out/logs/hf.log"
+  fi
+fi
+
+if wants serving; then
+  hf_dir=/tmp/gpt2-small-random
+  if [ -f "$hf_dir/config.json" ] ||
+     PYTHONUNBUFFERED=1 python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
+    python3 scripts/check_serving_trace.py --build "$build" --weights "$hf_dir" --rates 0,200 \
+      --out /tmp/serving_trace > "$out/logs/serving.log" 2>&1
+    note "serving trace on GPT-2 small: exit $?, $(grep -c ' requests equal ' "$out/logs/serving.log") configurations compared"
+    grep -E 'requests equal|first difference|not served|failed' "$out/logs/serving.log" | head -20
+    cp /tmp/serving_trace/serving.*.json "$out/logs/" 2>/dev/null
+  else
+    note "serving trace: making GPT-2 small FAILED (logs/hf.log)"; tail -20 "$out/logs/hf.log"
   fi
 fi
 
