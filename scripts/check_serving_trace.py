@@ -7,8 +7,8 @@ CPU reference would take hours: every request of the trace chapter 11 serves mus
 tokens an earlier chapter generates for that request's prompt, cut at the request's limit and
 at its first EOS (included), as chapter 11 stops it. Chapters 00-10 equal Hugging Face's
 tokens on GPT-2 small (`scripts/gpu_check.sh hf`), so the earlier chapter stands in for the
-reference here; it computes with other kernels (07: cuBLASLt and the cache attention) than
-chapter 11's decode matmuls and per-row attention.
+reference here; chapter 07 runs its products on cuBLASLt, not on chapter 11's decode
+matmuls (the attention's device code is the same in both, at different positions per row).
 
     python3 scripts/check_serving_trace.py --build build/native --weights /tmp/gpt2-small-random
     python3 scripts/check_serving_trace.py --build build/native --weights DIR --rates 0,200
