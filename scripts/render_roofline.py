@@ -38,6 +38,9 @@ N_LAYER, C, V = 12, 768, 50257
 # Peak rates of the H200 SXM, dense (no sparsity): NVIDIA's H200 Tensor Core GPU
 # datasheet (FP32 67 TFLOPS; TF32 Tensor Core 989 and BF16 1,979 TFLOPS are quoted with
 # sparsity, half of that dense). Not measured here.
+# The roof a chapter is held to is the peak of the arithmetic it runs on (its JSON's
+# "precision"): fp32 on the CUDA cores; bf16 on the tensor cores (chapter 10's products).
+PEAK_OF_PRECISION = {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989e12}
 PEAKS = [("fp32 (CUDA cores) 67 TFLOP/s", 67e12),
          ("TF32 tensor cores 495 TFLOP/s", 494.5e12),
          ("bf16 tensor cores 989 TFLOP/s", 989e12)]
@@ -59,7 +62,8 @@ def step_flop(batch, prompt_length, steps):
 
 
 def points():
-    """{batch: [(chapter, title, intensity, flop_per_s, ms_per_step, idle us)]}, bandwidth."""
+    """{batch: [(chapter, title, intensity, flop_per_s, ms_per_step, idle us, precision)]},
+    bandwidth."""
     by_batch = {}
     bandwidths = []
     names = sorted(name for name in os.listdir(RESULTS)
@@ -80,7 +84,8 @@ def points():
             idle = row.get("gpu_idle_s_per_step", -1)
             by_batch.setdefault(row["batch"], []).append(
                 (report["chapter"], report["title"], flop / floor_bytes, flop / seconds_per_step,
-                 seconds_per_step * 1e3, idle * 1e6 if idle >= 0 else None))
+                 seconds_per_step * 1e3, idle * 1e6 if idle >= 0 else None,
+                 report.get("precision", "fp32")))
     for rows in by_batch.values():
         rows.sort()
     return by_batch, min(bandwidths)
@@ -147,7 +152,7 @@ def svg(batch, rows, bandwidth):
                  f'copy bandwidth {bandwidth / 1e12:.2f} TB/s (measured)</text>')
     # Labels to the right of the points, at least 12 px apart, with a leader line.
     placed = []
-    for chapter, _, intensity, rate, _, _ in sorted(rows, key=lambda row: -row[3]):
+    for chapter, _, intensity, rate, _, _, _ in sorted(rows, key=lambda row: -row[3]):
         x, y = to_x(intensity), to_y(rate)
         text_y = max(y + 4, placed[-1] + 12) if placed else y + 4
         placed.append(text_y)
@@ -178,20 +183,23 @@ def page(by_batch, bandwidth):
              "that; it shows as a lower rate). **Roofs**: the copy bandwidth measured in the run",
              "(the lowest of the chapters' runs), and the H200 SXM's peak rates from NVIDIA's",
              "datasheet, dense: fp32 67, TF32 495, bf16 989 TFLOP/s (not measured here).",
-             "**roof** below is the lower of the bandwidth roof and the fp32 roof at the step's",
-             "intensity; **GPU idle** the GPU's idle time per step in the traced run (CUPTI; the",
+             "**roof** below is the lower of the bandwidth roof and the compute roof of the",
+             "chapter's arithmetic (fp32 for chapters 01-09, bf16 tensor cores for chapter 10) at",
+             "the step's intensity; **GPU idle** the GPU's idle time per step in the traced run (CUPTI; the",
              "tracing slows the host, so the timed runs likely idle less).", ""]
     for batch in sorted(by_batch):
         rows = by_batch[batch]
         lines += [f"## B = {batch}", "",
                   f"![roofline, B = {batch}](images/roofline_b{batch}.svg)", "",
-                  "| chapter | ms/step | FLOP/byte | achieved TFLOP/s | fp32 roof TFLOP/s | "
+                  "| chapter | prec | ms/step | FLOP/byte | achieved TFLOP/s | roof TFLOP/s | "
                   "share of roof | GPU idle us/step |",
-                  "|---|--:|--:|--:|--:|--:|--:|"]
-        for chapter, title, intensity, rate, ms, idle in rows:
-            roof = min(bandwidth * intensity, PEAKS[0][1])
+                  "|---|---|--:|--:|--:|--:|--:|--:|"]
+        for chapter, title, intensity, rate, ms, idle, precision in rows:
+            if precision not in PEAK_OF_PRECISION:
+                fail(f"{chapter}: precision '{precision}' has no compute roof")
+            roof = min(bandwidth * intensity, PEAK_OF_PRECISION[precision])
             idle_text = f"{idle:.0f}" if idle is not None else "-"
-            lines.append(f"| {chapter} ({title}) | {ms:.3f} | {intensity:.2f} | "
+            lines.append(f"| {chapter} ({title}) | {precision} | {ms:.3f} | {intensity:.2f} | "
                          f"{rate / 1e12:.2f} | {roof / 1e12:.1f} | {100 * rate / roof:.1f}% | "
                          f"{idle_text} |")
         lines.append("")
