@@ -283,6 +283,7 @@ struct PingPongStream {
 /// Host microseconds of the replayed steps of chapter 07's generations.
 struct StepTimes {
   std::vector<double> enqueue;  ///< from the step's first call to its event record's return
+  std::vector<double> launch;   ///< of which cudaGraphLaunch
   std::vector<double> wait;     ///< the wait for step i - 1 and the read of its flag
   std::vector<double> whole;    ///< the two: one iteration of the loop
   int steps = 0;                ///< steps the last generation ran
@@ -304,6 +305,7 @@ void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>&
     PingPongStream& current = streams[step % 2];
     const PingPongStream& previous = streams[(step + 1) % 2];
     bool replayed = false;
+    double launch_microseconds = 0.0;
     const Clock::time_point started = Clock::now();
     {
       NvtxRange step_range("step");
@@ -319,7 +321,9 @@ void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>&
       if (step == 0) {
         enqueue_step();
       } else if (const CudaGraphExec* graph = current.decode_graph.find(frozen)) {
+        const Clock::time_point launching = Clock::now();
         graph->launch(step_stream);
+        launch_microseconds = microseconds(launching, Clock::now());
         replayed = true;
       } else {
         enqueue_step();
@@ -342,6 +346,7 @@ void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>&
     const Clock::time_point checked = Clock::now();
     if (times != nullptr && replayed) {
       times->enqueue.push_back(microseconds(started, enqueued));
+      times->launch.push_back(launch_microseconds);
       times->wait.push_back(microseconds(enqueued, checked));
       times->whole.push_back(microseconds(started, checked));
     }
@@ -441,6 +446,26 @@ void print_chapter_loops(int B) {
                          run < kWarmupGenerations ? nullptr : &chapter08);
   const double steps08 = summarize(chapter08.steps).median;
 
+  struct Row {
+    const char* what;
+    double microseconds_per_step;
+  };
+  const Row rows[] = {
+      {"chapter 07's step: enqueue (cudaStreamWaitEvent, cudaGraphLaunch, cudaEventRecord)",
+       median_over(chapter07.enqueue, 1.0)},
+      {"chapter 07's step: of which cudaGraphLaunch of the decode step",
+       median_over(chapter07.launch, 1.0)},
+      {"chapter 07's step: blocked waiting for step i - 1 (cudaEventSynchronize), its flag read",
+       median_over(chapter07.wait, 1.0)},
+      {"chapter 07's step: the loop's whole iteration (enqueue + wait)",
+       median_over(chapter07.whole, 1.0)},
+      {"chapter 08's generation: one cudaGraphLaunch, / steps run",
+       median_over(chapter08.launch, steps08)},
+      {"chapter 08's generation: blocked in cudaStreamSynchronize, / steps run",
+       median_over(chapter08.wait, steps08)},
+      {"chapter 08's generation: launch + wait + cursor read, / steps run",
+       median_over(chapter08.whole, steps08)},
+  };
   std::printf(
       "\nThe host's side of chapter 07's decode loop and chapter 08's generation, B = %d, "
       "N = %d, GPT-2 small, random weights (host clock, no tracing; chapter 07: median "
@@ -448,22 +473,7 @@ void print_chapter_loops(int B) {
       "after %d warm-up generations each):\n\n| what the host does | host us per step |\n"
       "|---|--:|\n",
       B, kNewTokens, kTimedGenerations, kTimedGenerations, kWarmupGenerations);
-  std::printf(
-      "| chapter 07's step: enqueue (cudaStreamWaitEvent, cudaGraphLaunch, cudaEventRecord) "
-      "| %.2f |\n",
-      median_over(chapter07.enqueue, 1.0));
-  std::printf(
-      "| chapter 07's step: blocked waiting for step i - 1 (cudaEventSynchronize), its flag "
-      "read | %.2f |\n",
-      median_over(chapter07.wait, 1.0));
-  std::printf("| chapter 07's step: the loop's whole iteration (enqueue + wait) | %.2f |\n",
-              median_over(chapter07.whole, 1.0));
-  std::printf("| chapter 08's generation: one cudaGraphLaunch, / steps run | %.3f |\n",
-              median_over(chapter08.launch, steps08));
-  std::printf("| chapter 08's generation: blocked in cudaStreamSynchronize, / steps run | %.2f |\n",
-              median_over(chapter08.wait, steps08));
-  std::printf("| chapter 08's generation: launch + wait + cursor read, / steps run | %.2f |\n",
-              median_over(chapter08.whole, steps08));
+  for (const Row& row : rows) std::printf("| %s | %.2f |\n", row.what, row.microseconds_per_step);
   std::printf(
       "\n(Steps run: chapter 07 %d, chapter 08 %.0f of N = %d. Chapter 08's whole launch: "
       "%.2f us, once per generation.)\n",
