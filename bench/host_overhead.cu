@@ -9,31 +9,54 @@
 // the median of 7 such rounds, divided by 200. Compare the column with the GPU time of
 // the same kernels (any chapter's --kernel-profile) to see which side is the bottleneck.
 //
+// A second table times, the same way (a host clock, nothing tracing), what the host does
+// in chapter 07's decode loop per step - enqueue the step (one graph launch between an
+// event wait and an event record), then block until the step before has ended and read
+// its flag - and in chapter 08's per generation (one launch of the whole generation, one
+// wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100).
+//
 // Run:  build/current/bench/host_overhead [--batch B]
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/bench_support.hpp"
 #include "common/benchmark.hpp"
+#include "common/chapter_runner.hpp"
+#include "common/config.hpp"
 #include "common/cuda_check.hpp"
+#include "common/cuda_event.hpp"
+#include "common/cuda_graph.hpp"
 #include "common/cuda_stream.hpp"
 #include "common/device_allocator.hpp"
 #include "common/device_info.hpp"
+#include "common/device_model.hpp"
+#include "common/greedy_decoding.hpp"
 #include "common/nvtx.hpp"
+#include "common/pinned_flag.hpp"
+#include "common/prompts.hpp"
+#include "common/step_context.hpp"
+#include "common/weights.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cache_attention.cuh"
 #include "kernels/decode_position.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
+#include "kernels/sampling.cuh"
 
 namespace {
+
+using namespace ladder;
 
 constexpr int kCallsPerRound = 200;  // well inside the launch queue: the host never waits
 constexpr int kRounds = 7;
@@ -59,15 +82,410 @@ double host_microseconds_per_call(cudaStream_t stream, const std::function<void(
                        kCallsPerRound);
     CUDA_CHECK(cudaStreamSynchronize(stream));
   }
-  return ladder::summarize(per_call).median;
+  return summarize(per_call).median;
+}
+
+// ---------------------------------------------------------------- chapters 07 and 08's loops
+//
+// The goal of chapter 07 is the host's time per decode step; the chapters' own host figure
+// comes from a run under CUPTI's API trace, which slows every call it records. Here the
+// host's side of chapter 07's loop (chapters/07_cuda_graphs/cuda_graphs.cpp, generate()) and
+// of chapter 08's (chapters/08_device_loop/device_loop.cpp) is timed with a host clock and
+// nothing tracing: GPT-2 small with the chapters' random weights (seed 0), B BOS rows,
+// N = 100 new tokens, the chapters' buffers, kernels and calls (common/, kernels/), and
+// their graphs captured as they capture them: the real decode step, not a stand-in.
+
+constexpr int kNewTokens = 100;  // the default workload's N
+constexpr int kWarmupGenerations = 2;
+constexpr int kTimedGenerations = 10;
+
+using Clock = std::chrono::steady_clock;
+
+double microseconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::micro>(to - from).count();
+}
+
+/// One generation's device memory as chapters 07 and 08 allocate it for B BOS prompts
+/// (T = 1: capacity T + N positions), and their forward passes over it with their
+/// launchers, on a StepContext: the prefill (step 0), a decode step, the argmax step. The
+/// chapters allocate it anew for every generation, and the caching allocator hands back
+/// the same addresses, so their graphs replay; the bench keeps one and rewind()s it.
+class Generation {
+ public:
+  Generation(const DeviceModel& model, DeviceAllocator& allocator, int B, int N,
+             cudaStream_t stream)
+      : model_(model),
+        config_(model.config()),
+        B_(B),
+        capacity_(1 + N),
+        prompts_(bos_prompts(B, config_.bos_token_id)),
+        sequence_(upload_prompt_tokens(allocator, prompts_, stream)),
+        greedy_(allocator, prompts_, N, config_.eos_token_id, stream),
+        layer_floats_(static_cast<std::size_t>(B) * capacity_ * config_.n_embd),
+        keys_(allocator, config_.n_layer * layer_floats_, stream),
+        values_(allocator, config_.n_layer * layer_floats_, stream),
+        attention_workspace_(
+            allocator,
+            fused_decode_attention_workspace_bytes(B, config_.n_head, config_.n_embd, capacity_),
+            stream),
+        hidden_(allocator, rows(1), stream),
+        normed_(allocator, rows(1), stream),
+        qkv_(allocator, rows(3), stream),
+        attended_(allocator, rows(1), stream),
+        projected_(allocator, rows(1), stream),
+        expanded_(allocator, rows(4), stream),
+        logits_(allocator, static_cast<std::size_t>(B) * config_.vocab_size, stream),
+        next_tokens_(allocator, static_cast<std::size_t>(B), stream),
+        cursor_(allocator, 1, stream) {
+    CUDA_CHECK(cudaMemsetAsync(attention_workspace_, 0, attention_workspace_.bytes(), stream));
+    rewind(stream);
+  }
+
+  /// Where a generation starts: no row finished, the cursor at the prompt's token.
+  void rewind(cudaStream_t stream) const {
+    const GreedyState& state = greedy_.state();
+    CUDA_CHECK(cudaMemsetAsync(state.finished, 0, sizeof(std::int32_t) * B_, stream));
+    CUDA_CHECK(cudaMemsetAsync(state.all_finished, 0, sizeof(std::int32_t), stream));
+    const DecodePosition start{/*step=*/0, /*position=*/0};
+    CUDA_CHECK(cudaMemcpyAsync(cursor_, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
+  }
+
+  /// What a captured step or generation froze, as chapter 07's graph key lists it.
+  GraphKey key() const {
+    const GreedyState& state = greedy_.state();
+    GraphKey key;
+    key.add_size(B_).add_size(capacity_).add_size(state.max_steps).add_size(state.eos_id);
+    key.add_addresses({cursor_, next_tokens_, keys_, values_, attention_workspace_, hidden_,
+                       normed_, qkv_, attended_, projected_, expanded_, logits_,
+                       state.forced_tokens, state.finished, state.all_finished,
+                       state.output_tokens});
+    return key;
+  }
+
+  /// Step 0: GPT-2 over the prompts, their keys and values left at cache position 0.
+  const float* prefill(StepContext& step) {
+    const cudaStream_t stream = step.stream();
+    const int C = config_.n_embd;
+    launch_sequence_embedding(sequence_, model_.token_embedding(), model_.position_embedding(),
+                              hidden_, B_, /*T=*/1, /*first_position=*/0, C, stream);
+    layers(step, [&](int layer_index) {
+      launch_store_kv_sequence(qkv_, layer_keys(layer_index), layer_values(layer_index),
+                               /*first_position=*/0, /*T=*/1, capacity_, B_, config_.n_head, C,
+                               stream);
+      launch_causal_attention(qkv_, attended_, B_, /*T=*/1, config_.n_head, C, stream);
+    });
+    return lm_head(step);
+  }
+
+  /// A decode step: the tokens the step before chose, at the cursor's position.
+  const float* decode_step(StepContext& step) {
+    const cudaStream_t stream = step.stream();
+    const int C = config_.n_embd;
+    launch_embedding_at_cursor(next_tokens_, cursor_, model_.token_embedding(),
+                               model_.position_embedding(), hidden_, B_, C, stream);
+    layers(step, [&](int layer_index) {
+      launch_fused_decode_attention(qkv_, layer_keys(layer_index), layer_values(layer_index),
+                                    cursor_, capacity_, attended_, attention_workspace_, B_,
+                                    config_.n_head, C, stream);
+    });
+    return lm_head(step);
+  }
+
+  /// Chapter 07's argmax step (the cursor advances on the device).
+  void argmax(const float* step_logits, cudaStream_t stream) {
+    launch_argmax_step(step_logits, next_tokens_, greedy_.state(), cursor_, B_, config_.vocab_size,
+                       stream);
+  }
+  /// Chapter 08's: the same, and it sets the WHILE loop's condition.
+  void argmax_in_graph_loop(const float* step_logits, cudaGraphConditionalHandle another_step,
+                            cudaStream_t stream) {
+    launch_argmax_step_in_graph_loop(step_logits, next_tokens_, greedy_.state(), cursor_, B_,
+                                     config_.vocab_size, another_step, stream);
+  }
+
+  const std::int32_t* all_finished() const { return greedy_.all_finished(); }
+  const DecodePosition* cursor() const { return cursor_; }
+  const float* logits() const { return logits_; }
+  int batch() const { return B_; }
+  int vocab_size() const { return config_.vocab_size; }
+
+ private:
+  std::size_t rows(int widths) const {
+    return static_cast<std::size_t>(B_) * widths * config_.n_embd;
+  }
+  float* layer_keys(int layer_index) const { return keys_ + layer_index * layer_floats_; }
+  float* layer_values(int layer_index) const { return values_ + layer_index * layer_floats_; }
+
+  /// The twelve layers over the B rows of hidden_, with the chapters' fusions (chapter
+  /// 05): ln_1 alone before the first, every later LayerNorm with the residual add before
+  /// it, bias and GELU in the products' epilogues.
+  template <typename Attention>
+  void layers(StepContext& step, const Attention& attend) {
+    const cudaStream_t stream = step.stream();
+    const int C = config_.n_embd;
+    const float eps = config_.layer_norm_epsilon;
+    launch_layernorm(hidden_, model_.layer(0).ln_1_weight, model_.layer(0).ln_1_bias, normed_, B_,
+                     C, eps, stream);
+    for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
+      const DeviceLayer layer = model_.layer(layer_index);
+      step.linear(normed_, layer.qkv_weight, layer.qkv_bias, qkv_, B_, C, 3 * C,
+                  LinearEpilogue::kBias);
+      attend(layer_index);
+      step.linear(attended_, layer.attn_proj_weight, layer.attn_proj_bias, projected_, B_, C, C,
+                  LinearEpilogue::kBias);
+      launch_residual_layernorm(hidden_, projected_, layer.ln_2_weight, layer.ln_2_bias, normed_,
+                                B_, C, eps, stream);
+      step.linear(normed_, layer.fc_weight, layer.fc_bias, expanded_, B_, C, 4 * C,
+                  LinearEpilogue::kBiasGelu);
+      step.linear(expanded_, layer.mlp_proj_weight, layer.mlp_proj_bias, projected_, B_, 4 * C, C,
+                  LinearEpilogue::kBias);
+      const bool last = layer_index + 1 == config_.n_layer;
+      const DeviceLayer next = model_.layer(last ? layer_index : layer_index + 1);
+      launch_residual_layernorm(hidden_, projected_, last ? model_.ln_f_weight() : next.ln_1_weight,
+                                last ? model_.ln_f_bias() : next.ln_1_bias, normed_, B_, C, eps,
+                                stream);
+    }
+  }
+
+  /// The tied LM head over ln_f's output (T = 1: each row's only position).
+  const float* lm_head(StepContext& step) {
+    step.lm_head(normed_, model_.token_embedding(), logits_, B_, config_.n_embd,
+                 config_.vocab_size);
+    return logits_;
+  }
+
+  const DeviceModel& model_;
+  const Gpt2Config config_;
+  const int B_;
+  const int capacity_;
+  const PromptBatch prompts_;
+  const TypedBuffer<std::int32_t> sequence_;
+  const GreedyBuffers greedy_;
+  const std::size_t layer_floats_;
+  const TypedBuffer<float> keys_;
+  const TypedBuffer<float> values_;
+  const TypedBuffer<char> attention_workspace_;
+  const TypedBuffer<float> hidden_, normed_, qkv_, attended_, projected_, expanded_, logits_;
+  const TypedBuffer<std::int32_t> next_tokens_;
+  const TypedBuffer<DecodePosition> cursor_;
+};
+
+/// What each of chapter 07's two streams owns (its StepStream): step i runs on stream i % 2.
+struct PingPongStream {
+  explicit PingPongStream(DeviceAllocator& allocator)
+      : context(allocator, /*allow_tf32=*/false), step_done(cudaEventDisableTiming) {}
+  StepContext context;
+  CudaEvent step_done;
+  PinnedFlag all_finished;
+  GraphCache<CudaGraphExec> decode_graph;
+};
+
+/// Host microseconds of the replayed steps of chapter 07's generations.
+struct StepTimes {
+  std::vector<double> enqueue;  ///< from the step's first call to its event record's return
+  std::vector<double> launch;   ///< of which cudaGraphLaunch
+  std::vector<double> wait;     ///< the wait for step i - 1 and the read of its flag
+  std::vector<double> whole;    ///< the two: one iteration of the loop
+  int steps = 0;                ///< steps the last generation ran
+};
+
+/// One generation as chapter 07's generate() runs it: step i enqueued on stream i % 2
+/// behind step i - 1's event (step 0 the plain prefill; a decode step one graph launch,
+/// captured the first time on each stream), then the wait for step i - 1 and its flag
+/// in pinned memory, stopping when it is set. Each replayed step's host times go to
+/// `times` (null: a warm-up generation).
+void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>& streams,
+                          const GraphKey& frozen, LogitsRecorder& logits, StepTimes* times) {
+  const int B = generation.batch();
+  const int V = generation.vocab_size();
+  generation.rewind(streams[0].context.stream());
+  int steps = kNewTokens;
+  int last_enqueued = 0;
+  for (int step = 0; step < kNewTokens; ++step) {
+    PingPongStream& current = streams[step % 2];
+    const PingPongStream& previous = streams[(step + 1) % 2];
+    bool replayed = false;
+    double launch_microseconds = 0.0;
+    const Clock::time_point started = Clock::now();
+    {
+      NvtxRange step_range("step");
+      const cudaStream_t step_stream = current.context.stream();
+      if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(step_stream, previous.step_done.get(), 0));
+      const auto enqueue_step = [&] {
+        const float* step_logits = step == 0 ? generation.prefill(current.context)
+                                             : generation.decode_step(current.context);
+        generation.argmax(step_logits, step_stream);
+        CUDA_CHECK(cudaMemcpyAsync(current.all_finished.get(), generation.all_finished(),
+                                   sizeof(std::int32_t), cudaMemcpyDeviceToHost, step_stream));
+      };
+      if (step == 0) {
+        enqueue_step();
+      } else if (const CudaGraphExec* graph = current.decode_graph.find(frozen)) {
+        const Clock::time_point launching = Clock::now();
+        graph->launch(step_stream);
+        launch_microseconds = microseconds(launching, Clock::now());
+        replayed = true;
+      } else {
+        enqueue_step();
+        current.decode_graph.store(
+            frozen,
+            CudaGraphExec(capture_graph(step_stream, enqueue_step, "decode step"), "decode step"));
+      }
+      logits.record(generation.logits(), B, V, step_stream);
+      CUDA_CHECK(cudaEventRecord(current.step_done.get(), step_stream));
+      last_enqueued = step;
+    }
+    const Clock::time_point enqueued = Clock::now();
+    if (step == 0) continue;
+    bool finished = false;
+    {
+      NvtxRange check_range("check previous step");
+      synchronize_stage(previous.step_done.get(), "step " + std::to_string(step - 1));
+      finished = *previous.all_finished.get() != 0;
+    }
+    const Clock::time_point checked = Clock::now();
+    if (times != nullptr && replayed) {
+      times->enqueue.push_back(microseconds(started, enqueued));
+      times->launch.push_back(launch_microseconds);
+      times->wait.push_back(microseconds(enqueued, checked));
+      times->whole.push_back(microseconds(started, checked));
+    }
+    if (finished) {
+      steps = step;
+      break;
+    }
+  }
+  synchronize_stage(streams[last_enqueued % 2].step_done.get(), "the last step");
+  if (times != nullptr) times->steps = steps;
+}
+
+/// Host microseconds of chapter 08's generations, per generation.
+struct GenerationTimes {
+  std::vector<double> launch;  ///< the graph's lookup and cudaGraphLaunch
+  std::vector<double> wait;    ///< blocked in the wait for the whole generation
+  std::vector<double> whole;   ///< launch, wait and the read of the cursor (the steps run)
+  std::vector<double> steps;   ///< steps each generation ran
+};
+
+/// Chapter 08's generation graph, as its generate() captures it the first time: two plain
+/// steps (cuBLASLt's plans, every kernel loaded), the state they changed put back, then the
+/// prefill and its argmax followed by a WHILE node whose body is a decode step and its
+/// argmax, the argmax setting the loop's condition.
+CudaGraphExec capture_chapter08_generation(Generation& generation, StepContext& step) {
+  const cudaStream_t stream = step.stream();
+  generation.argmax(generation.prefill(step), stream);
+  generation.argmax(generation.decode_step(step), stream);
+  generation.rewind(stream);
+  CudaGraph graph = CudaGraph::create();
+  const cudaGraphConditionalHandle another_step = create_condition(graph, /*initial=*/0);
+  cudaGraph_t loop_body = nullptr;
+  capture_into_graph(
+      graph.get(), stream,
+      [&] {
+        generation.argmax_in_graph_loop(generation.prefill(step), another_step, stream);
+        loop_body = add_while_node(stream, another_step);
+      },
+      "generation");
+  capture_into_graph(
+      loop_body, stream,
+      [&] { generation.argmax_in_graph_loop(generation.decode_step(step), another_step, stream); },
+      "decode loop body");
+  return CudaGraphExec(graph, "generation");
+}
+
+/// One generation as chapter 08's generate() runs it once its graph exists: the graph
+/// looked up and launched, one wait, the cursor read back for the steps that ran.
+void chapter08_generation(Generation& generation, GraphCache<CudaGraphExec>& generation_graph,
+                          const GraphKey& frozen, cudaStream_t stream, GenerationTimes* times) {
+  generation.rewind(stream);
+  const Clock::time_point started = Clock::now();
+  const CudaGraphExec* graph = generation_graph.find(frozen);
+  if (graph == nullptr) throw std::logic_error("chapter 08's generation graph was not captured");
+  graph->launch(stream);
+  const Clock::time_point launched = Clock::now();
+  synchronize_stage(stream, "the generation graph");
+  const Clock::time_point waited = Clock::now();
+  DecodePosition end{};
+  CUDA_CHECK(
+      cudaMemcpyAsync(&end, generation.cursor(), sizeof(end), cudaMemcpyDeviceToHost, stream));
+  const Clock::time_point read = Clock::now();
+  if (times == nullptr) return;
+  times->launch.push_back(microseconds(started, launched));
+  times->wait.push_back(microseconds(launched, waited));
+  times->whole.push_back(microseconds(started, read));
+  times->steps.push_back(end.step);
+}
+
+/// The median of `values` divided by `divisor`.
+double median_over(const std::vector<double>& values, double divisor) {
+  return summarize(values).median / divisor;
+}
+
+/// Prints the second table: chapter 07's loop per step, chapter 08's per generation.
+void print_chapter_loops(int B) {
+  const Gpt2Config config;
+  const DeviceModel model(random_gpt2_weights(config, /*seed=*/0));
+  const std::unique_ptr<DeviceAllocator> allocator = make_device_allocator("caching");
+  std::array<PingPongStream, 2> streams{{PingPongStream(*allocator), PingPongStream(*allocator)}};
+  Generation generation(model, *allocator, B, kNewTokens, streams[0].context.stream());
+  const GraphKey frozen = generation.key();
+  LogitsRecorder logits;  // disabled, as in the chapters' timed runs: record() returns
+
+  StepTimes chapter07;
+  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run)
+    chapter07_generation(generation, streams, frozen, logits,
+                         run < kWarmupGenerations ? nullptr : &chapter07);
+
+  require_conditional_nodes();
+  StepContext step(*allocator, /*allow_tf32=*/false);
+  GraphCache<CudaGraphExec> generation_graph;
+  generation_graph.store(frozen, capture_chapter08_generation(generation, step));
+  GenerationTimes chapter08;
+  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run)
+    chapter08_generation(generation, generation_graph, frozen, step.stream(),
+                         run < kWarmupGenerations ? nullptr : &chapter08);
+  const double steps08 = summarize(chapter08.steps).median;
+
+  struct Row {
+    const char* what;
+    double microseconds_per_step;
+  };
+  const Row rows[] = {
+      {"chapter 07's step: enqueue (cudaStreamWaitEvent, cudaGraphLaunch, cudaEventRecord)",
+       median_over(chapter07.enqueue, 1.0)},
+      {"chapter 07's step: of which cudaGraphLaunch of the decode step",
+       median_over(chapter07.launch, 1.0)},
+      {"chapter 07's step: blocked waiting for step i - 1 (cudaEventSynchronize), its flag read",
+       median_over(chapter07.wait, 1.0)},
+      {"chapter 07's step: the loop's whole iteration (enqueue + wait)",
+       median_over(chapter07.whole, 1.0)},
+      {"chapter 08's generation: one cudaGraphLaunch, / steps run",
+       median_over(chapter08.launch, steps08)},
+      {"chapter 08's generation: blocked in cudaStreamSynchronize, / steps run",
+       median_over(chapter08.wait, steps08)},
+      {"chapter 08's generation: launch + wait + cursor read, / steps run",
+       median_over(chapter08.whole, steps08)},
+  };
+  std::printf(
+      "\nThe host's side of chapter 07's decode loop and chapter 08's generation, B = %d, "
+      "N = %d, GPT-2 small, random weights (host clock, no tracing; chapter 07: median "
+      "over the replayed steps of %d generations, chapter 08: median of %d generations, "
+      "after %d warm-up generations each):\n\n| what the host does | host us per step |\n"
+      "|---|--:|\n",
+      B, kNewTokens, kTimedGenerations, kTimedGenerations, kWarmupGenerations);
+  for (const Row& row : rows) std::printf("| %s | %.2f |\n", row.what, row.microseconds_per_step);
+  std::printf(
+      "\n(Steps run: chapter 07 %d, chapter 08 %.0f of N = %d. Chapter 08's whole launch: "
+      "%.2f us, once per generation.)\n",
+      chapter07.steps, steps08, kNewTokens, summarize(chapter08.launch).median);
 }
 
 int run(int argc, char** argv) {
-  const int B = ladder::bench::parse_batch(argc, argv, "host_overhead");
-  std::printf("%s\n", ladder::device_banner(ladder::query_device_info()).c_str());
-  const ladder::CudaStream stream;
+  const int B = bench::parse_batch(argc, argv, "host_overhead");
+  std::printf("%s\n", device_banner(query_device_info()).c_str());
+  const CudaStream stream;
   const cudaStream_t s = stream.get();
-  ladder::bench::DeviceScratch scratch;
+  bench::DeviceScratch scratch;
 
   float* x = scratch.floats(static_cast<std::size_t>(B) * 4 * kC);
   float* residual = scratch.floats(static_cast<std::size_t>(B) * kC);
@@ -81,19 +499,18 @@ int run(int argc, char** argv) {
   float* grown_keys = scratch.floats(cache_size);
   float* grown_values = scratch.floats(cache_size);
   auto* workspace = scratch.floats(
-      ladder::fused_decode_attention_workspace_bytes(B, kH, kC, kCapacity) / sizeof(float) + 1);
-  auto* cursor = reinterpret_cast<ladder::DecodePosition*>(scratch.floats(2));
-  const ladder::DecodePosition at_position{0, kPosition};
+      fused_decode_attention_workspace_bytes(B, kH, kC, kCapacity) / sizeof(float) + 1);
+  auto* cursor = reinterpret_cast<DecodePosition*>(scratch.floats(2));
+  const DecodePosition at_position{0, kPosition};
   CUDA_CHECK(cudaMemcpy(cursor, &at_position, sizeof(at_position), cudaMemcpyHostToDevice));
-  float* lt_workspace =
-      scratch.floats(ladder::LtMatmul::kRecommendedWorkspaceBytes / sizeof(float));
-  ladder::LtMatmul lt(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes);
-  ladder::LtMatmul lt_in_kernel(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
-                                /*allow_tf32=*/false, ladder::SplitKReduction::kInsideTheKernel);
-  ladder::LtMatmul lt_no_split(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
-                               /*allow_tf32=*/false, ladder::SplitKReduction::kNoSplit);
-  std::unique_ptr<ladder::DeviceAllocator> caching = ladder::make_device_allocator("caching");
-  std::unique_ptr<ladder::DeviceAllocator> expandable = ladder::make_device_allocator("expandable");
+  float* lt_workspace = scratch.floats(LtMatmul::kRecommendedWorkspaceBytes / sizeof(float));
+  LtMatmul lt(lt_workspace, LtMatmul::kRecommendedWorkspaceBytes);
+  LtMatmul lt_in_kernel(lt_workspace, LtMatmul::kRecommendedWorkspaceBytes,
+                        /*allow_tf32=*/false, SplitKReduction::kInsideTheKernel);
+  LtMatmul lt_no_split(lt_workspace, LtMatmul::kRecommendedWorkspaceBytes,
+                       /*allow_tf32=*/false, SplitKReduction::kNoSplit);
+  std::unique_ptr<DeviceAllocator> caching = make_device_allocator("caching");
+  std::unique_ptr<DeviceAllocator> expandable = make_device_allocator("expandable");
   int flag_host = 0;
   int* pinned_flag = nullptr;
   CUDA_CHECK(cudaMallocHost(&pinned_flag, sizeof(int)));
@@ -107,59 +524,50 @@ int run(int argc, char** argv) {
   };
   const std::vector<Case> cases = {
       {"empty kernel <<<1, 32>>>", [&] { empty_kernel<<<1, 32, 0, s>>>(); }},
-      {"launch_add_bias [B, 3C]", [&] { ladder::launch_add_bias(qkv, bias, B, 3 * kC, s); }},
+      {"launch_add_bias [B, 3C]", [&] { launch_add_bias(qkv, bias, B, 3 * kC, s); }},
       {"launch_layernorm [B, C]",
-       [&] { ladder::launch_layernorm(residual, bias, bias, out, B, kC, eps, s); }},
+       [&] { launch_layernorm(residual, bias, bias, out, B, kC, eps, s); }},
       {"launch_residual_layernorm [B, C]",
-       [&] { ladder::launch_residual_layernorm(residual, x, bias, bias, out, B, kC, eps, s); }},
+       [&] { launch_residual_layernorm(residual, x, bias, bias, out, B, kC, eps, s); }},
       {"launch_grow_kv_cache (L = 50)",
        [&] {
-         ladder::launch_grow_kv_cache(qkv, keys, values, grown_keys, grown_values, kPosition, B, kH,
-                                      kC, s);
+         launch_grow_kv_cache(qkv, keys, values, grown_keys, grown_values, kPosition, B, kH, kC, s);
        }},
       {"launch_decode_attention (L = 51)",
        [&] {
-         ladder::launch_decode_attention(qkv, 3 * kC, keys, values, out, B, kPosition + 1,
-                                         kCapacity, kH, kC, s);
+         launch_decode_attention(qkv, 3 * kC, keys, values, out, B, kPosition + 1, kCapacity, kH,
+                                 kC, s);
        }},
       {"launch_fused_decode_attention (p = 50)",
        [&] {
-         ladder::launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, out, workspace,
-                                               B, kH, kC, s);
+         launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, out, workspace, B, kH,
+                                       kC, s);
        }},
       {"cuBLASLt: LtMatmul::linear C -> 3C, bias",
-       [&] { lt.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s); }},
+       [&] { lt.linear(x, weight, bias, out, B, kC, 3 * kC, LinearEpilogue::kBias, s); }},
       {"cuBLASLt: LtMatmul::linear C -> 4C, bias + GELU",
-       [&] {
-         lt.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu, s);
-       }},
+       [&] { lt.linear(x, weight, bias, out, B, kC, 4 * kC, LinearEpilogue::kBiasGelu, s); }},
       {"cuBLASLt, split-K summed in the kernel: C -> 3C, bias",
-       [&] {
-         lt_in_kernel.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s);
-       }},
+       [&] { lt_in_kernel.linear(x, weight, bias, out, B, kC, 3 * kC, LinearEpilogue::kBias, s); }},
       {"cuBLASLt, split-K summed in the kernel: C -> 4C, bias + GELU",
        [&] {
-         lt_in_kernel.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu,
-                             s);
+         lt_in_kernel.linear(x, weight, bias, out, B, kC, 4 * kC, LinearEpilogue::kBiasGelu, s);
        }},
       {"cuBLASLt, no split: C -> 3C, bias",
-       [&] {
-         lt_no_split.linear(x, weight, bias, out, B, kC, 3 * kC, ladder::LinearEpilogue::kBias, s);
-       }},
+       [&] { lt_no_split.linear(x, weight, bias, out, B, kC, 3 * kC, LinearEpilogue::kBias, s); }},
       {"cuBLASLt, no split: C -> 4C, bias + GELU",
        [&] {
-         lt_no_split.linear(x, weight, bias, out, B, kC, 4 * kC, ladder::LinearEpilogue::kBiasGelu,
-                            s);
+         lt_no_split.linear(x, weight, bias, out, B, kC, 4 * kC, LinearEpilogue::kBiasGelu, s);
        }},
       {"cudaMemcpyAsync device to device, [B, C]",
        [&] {
          CUDA_CHECK(cudaMemcpyAsync(out, residual, activation_bytes, cudaMemcpyDeviceToDevice, s));
        }},
       {"caching allocator: allocate + free [B, C]",
-       [&] { ladder::DeviceBuffer buffer(*caching, activation_bytes, s); }},
+       [&] { DeviceBuffer buffer(*caching, activation_bytes, s); }},
       {"expandable allocator: allocate + free [B, C]",
-       [&] { ladder::DeviceBuffer buffer(*expandable, activation_bytes, s); }},
-      {"NVTX range push + pop", [&] { ladder::NvtxRange range("bench"); }},
+       [&] { DeviceBuffer buffer(*expandable, activation_bytes, s); }},
+      {"NVTX range push + pop", [&] { NvtxRange range("bench"); }},
       {"flag to pageable host + cudaStreamSynchronize",
        [&] {
          CUDA_CHECK(cudaMemcpyAsync(&flag_host, cursor, sizeof(int), cudaMemcpyDeviceToHost, s));
@@ -179,6 +587,7 @@ int run(int argc, char** argv) {
   for (const Case& test_case : cases)
     std::printf("| %s | %.2f |\n", test_case.name, host_microseconds_per_call(s, test_case.call));
   std::printf("\n(The two flag reads include the round trip to the GPU and back.)\n");
+  print_chapter_loops(B);
   return 0;
 }
 
