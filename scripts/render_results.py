@@ -29,12 +29,13 @@ and writes, always generated and never edited by hand:
 
 The tables: per chapter and size, the median time, ms per step, tokens/s, speedup over
 chapter 01 and over the chapter before (same batch, new tokens and precision; a bf16
-chapter continues the fp32 ladder, so its "before" is the fp32 chapter before it), the time as
+chapter continues the fp32 ladder, so its "before" is the fp32 chapter before it, and a
+chapter run with --tf32 is compared with the same chapter in fp32), the time as
 a multiple of the HBM floor (floor_s in the JSON: the bytes a step must move over the copy
 bandwidth measured in the same run), peak allocated and reserved bytes, fragmentation,
 allocations and host synchronisations per step, and whether the tokens equal chapter 01's
 (same token hash at the same batch and new tokens; "no (bf16)" for a bf16 chapter, which
-is held to the bf16 reference instead). The main table holds the batch with
+is held to the bf16 reference instead, "no (tf32)" likewise for a TF32 run). The main table holds the batch with
 the most token counts (B = 32: N = 100, 200, 400), the second the batch sweep (N = 100:
 B = 1, 8, 32, 64); the PyTorch rows follow as their own block, where the speedups and the
 token check refer to the PyTorch naive variant of the same precision. Every block names
@@ -75,8 +76,9 @@ PRECISION_ORDER = ["fp32", "tf32", "bf16"]
 # stores its numbers in bf16 (its JSON says "precision": "bf16").
 PAGE_PRECISIONS = ("fp32", "bf16")
 # The bf16 chapters continue the fp32 ladder: their "× 01", "× prev" and the rows beside
-# them are the fp32 chapters before them.
-LADDER_OF_PRECISION = {"bf16": ("fp32", "bf16")}
+# them are the fp32 chapters before them. A chapter run with --tf32 (09) follows the fp32
+# rungs too: its "× prev" is the same chapter in fp32.
+LADDER_OF_PRECISION = {"bf16": ("fp32", "bf16"), "tf32": ("fp32", "tf32")}
 PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
 PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 
@@ -294,8 +296,9 @@ class Comparisons:
             return "—"
         if mine == theirs:
             return "yes"
-        # A bf16 chapter is held to the bf16 reference, not to fp32's tokens (its page).
-        return "no (bf16)" if report.precision != reference.precision else "**no**"
+        # A bf16 chapter is held to the bf16 reference, not to fp32's tokens (its page); a
+        # TF32 run rounds its products' inputs, so its tokens may part from fp32's too.
+        return f"no ({report.precision})" if report.precision != reference.precision else "**no**"
 
 
 def has_trace(reports) -> bool:

@@ -180,6 +180,14 @@ for name in "${chapters[@]}"; do
     --json "$staging/$name.json"
   run_chapter "$name" "batch sweep B = 1, 8, 64, N = 100" --batch 1,8,64 --new-tokens 100 \
     --json "$staging/$name.sweep.json"
+  # Chapter 09 has a goal with --tf32 too (its products on the tensor cores): the same
+  # workload again into NN_name.tf32*.json (the tables show it as its own "tf32" row).
+  if [ "$name" = 09_decode_matmuls ]; then
+    run_chapter "$name" "--tf32, B = 32, N = $main_tokens" --tf32 --batch 32 \
+      --new-tokens "$main_tokens" --json "$staging/$name.tf32.json"
+    run_chapter "$name" "--tf32, batch sweep B = 1, 8, 64, N = 100" --tf32 --batch 1,8,64 \
+      --new-tokens 100 --json "$staging/$name.tf32.sweep.json"
+  fi
 done
 
 # ---- the run
