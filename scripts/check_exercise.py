@@ -179,6 +179,16 @@ def committed_rows(chapter: str) -> dict:
     return rows
 
 
+def committed_run() -> str:
+    """Where the committed values come from: results/latest's run (commit, GPU, date)."""
+    run_file = REPOSITORY / "results" / "latest" / "run.json"
+    if not run_file.exists():
+        return "results/latest"
+    run_info = json.loads(run_file.read_text())
+    return (f"results/latest: commit {run_info.get('git_commit', '?')} on "
+            f"{run_info.get('gpu', '?')}, {run_info.get('date', '?')}")
+
+
 def show(value) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -189,6 +199,8 @@ def check_columns(build: pathlib.Path, chapter: str, exercise: dict,
     run([build / "chapters" / chapter, *exercise["flags"], "--json", output, "--quiet"],
         f"{chapter} {' '.join(exercise['flags'])}")
     committed = committed_rows(chapter)
+    if not committed:
+        print(f"  results/latest holds no run of {chapter}: nothing to compare with")
     problems = []
     for row in json.loads(output.read_text())["configurations"]:
         before = committed.get((row["batch"], row["new_tokens"]), {})
@@ -274,7 +286,7 @@ def main(argv) -> int:
         directory = pathlib.Path(temporary)
         print(f"{chapter}: correctness against chapter 00 (the CPU reference)")
         problems = check_correctness(build, chapter, directory)
-        print(f"{chapter}: the exercise's columns, beside the committed run (results/latest)")
+        print(f"{chapter}: the exercise's columns, beside the committed run ({committed_run()})")
         problems += check_columns(build, chapter, EXERCISES[number], directory)
     for problem in problems:
         print(f"check_exercise.py: {chapter}: {problem}", file=sys.stderr)
