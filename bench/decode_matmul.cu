@@ -12,7 +12,13 @@
 // as the sum of the per-product times and as one timed sequence of the 49 launches,
 // against the floor: the step's weight bytes over the copy bandwidth. Last, programmatic
 // dependent launch on and off: one layer's four products and the step's 49, each chain
-// captured into a CUDA graph, plain launches against programmatic dependents.
+// captured into a CUDA graph, plain launches against programmatic dependents; then the
+// chain the decode step really runs, with its LayerNorms and fused attention between the
+// products (chapter 09's step without the embedding and the argmax: LayerNorm, c_attn,
+// attention, c_proj, LayerNorm, c_fc, MLP c_proj per layer, the last LayerNorm and the
+// LM head), plain against programmatic products after a LayerNorm and an attention that
+// let them start only as they exit (LaunchDependents::kAtExit, as before they signalled)
+// or as they start (kAtStart, what the chapters run).
 //
 // Each product is verified before it is timed: random x, weight and bias, the decode
 // kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
@@ -41,8 +47,10 @@
 #include "common/cuda_stream.hpp"
 #include "common/device_info.hpp"
 #include "common/reference.hpp"
+#include "kernels/cache_attention.cuh"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 
 namespace {
@@ -50,6 +58,7 @@ namespace {
 using ladder::DecodeEpilogue;
 using ladder::DecodeLaunch;
 using ladder::DecodePrecision;
+using ladder::LaunchDependents;
 using ladder::LinearEpilogue;
 
 constexpr int kWarmupRepeats = 3;
@@ -58,6 +67,12 @@ constexpr int kC = 768;  // GPT-2 small
 constexpr int kV = 50257;
 constexpr int kLayers = 12;
 constexpr int kCopiesPerL2 = 4;  // weight copies fill four times the L2
+constexpr int kHeads = 12;
+constexpr float kEps = 1e-5f;
+// The step's attention: a cache of 101 positions (a BOS prompt and N = 100) at position
+// 50, so L = 51 valid positions, the mean over the run's steps.
+constexpr int kCacheCapacity = 101;
+constexpr int kCachePosition = 50;
 
 /// One product of the step.
 struct Product {
@@ -116,6 +131,18 @@ struct Buffers {
   std::int32_t* candidate_indices;
 };
 
+/// What a decode step runs between its products, on the bench's buffers (the values do
+/// not change the times): the LayerNorm (the residual stream into x) and the fused
+/// attention (c_attn's output in `out` into x), each layer over a KV cache of its own.
+struct BetweenProducts {
+  float* ln_weight;
+  float* ln_bias;
+  std::vector<float*> keys;  // per layer, [64, H, capacity, D]
+  std::vector<float*> values;
+  void* attention_workspace;
+  const ladder::DecodePosition* cursor;
+};
+
 /// The decode kernel's launch for copy `copy` of product p.
 void decode_call(const Product& p, const ProductWeights& w, int copy, const Buffers& buffers, int B,
                  DecodePrecision precision, ladder::DecodeMatmulWorkspace& workspace,
@@ -167,6 +194,14 @@ double seconds_per_product(cudaStream_t stream, int copies, const std::function<
                                          for (int copy = 0; copy < copies; ++copy) call(copy);
                                        }) /
          copies;
+}
+
+/// GPU seconds of one replay of the graph `enqueue` captures (the median).
+double graph_seconds(cudaStream_t stream, const std::function<void()>& enqueue) {
+  const ladder::CudaGraph graph = ladder::capture_graph(stream, enqueue, "decode matmul chain");
+  const ladder::CudaGraphExec chain(graph, "decode matmul chain");
+  return ladder::median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats,
+                                       [&] { chain.launch(stream); });
 }
 
 std::vector<int> batches_from(int argc, char** argv) {
@@ -225,6 +260,25 @@ int run(int argc, char** argv) {
     upload(w.bias, random_floats(rng, static_cast<std::size_t>(p.N), 1.0f));
     weights.push_back(std::move(w));
   }
+
+  BetweenProducts between{};
+  between.ln_weight = scratch.floats(kC);
+  between.ln_bias = scratch.floats(kC);
+  upload(between.ln_weight, std::vector<float>(kC, 1.0f));
+  const std::size_t cache_floats = std::size_t{ladder::kDecodeMaxRows} * kCacheCapacity * kC;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    between.keys.push_back(scratch.floats(cache_floats));
+    between.values.push_back(scratch.floats(cache_floats));
+  }
+  between.attention_workspace = scratch.floats(
+      (ladder::fused_decode_attention_workspace_bytes(ladder::kDecodeMaxRows, kHeads, kC,
+                                                      kCacheCapacity) +
+       sizeof(float) - 1) /
+      sizeof(float));  // zeroed, as the attention needs it once
+  const ladder::DecodePosition position{/*step=*/0, kCachePosition};
+  float* cursor = scratch.floats(sizeof(position) / sizeof(float));
+  CUDA_CHECK(cudaMemcpy(cursor, &position, sizeof(position), cudaMemcpyHostToDevice));
+  between.cursor = reinterpret_cast<const ladder::DecodePosition*>(cursor);
 
   for (const int B : batches) {
     std::printf(
@@ -320,26 +374,75 @@ int run(int argc, char** argv) {
         double seconds[2];
         for (const DecodeLaunch launch :
              {DecodeLaunch::kAfterPrevious, DecodeLaunch::kProgrammatic}) {
-          const ladder::CudaGraph graph = ladder::capture_graph(
-              s,
-              [&] {
-                for (int layer = 0; layer < layers; ++layer)
-                  for (std::size_t i = 0; i + 1 < std::size(kProducts); ++i)
-                    decode_call(kProducts[i], weights[i], layer, buffers, B, precision, workspace,
-                                s, launch);
-                if (whole_step)
-                  decode_call(kProducts[std::size(kProducts) - 1], weights.back(), 0, buffers, B,
-                              precision, workspace, s, launch);
-              },
-              "decode matmul chain");
-          const ladder::CudaGraphExec chain(graph, "decode matmul chain");
-          seconds[launch == DecodeLaunch::kProgrammatic ? 1 : 0] = ladder::median_stream_seconds(
-              s, kWarmupRepeats, kTimedRepeats, [&] { chain.launch(s); });
+          seconds[launch == DecodeLaunch::kProgrammatic ? 1 : 0] = graph_seconds(s, [&] {
+            for (int layer = 0; layer < layers; ++layer)
+              for (std::size_t i = 0; i + 1 < std::size(kProducts); ++i)
+                decode_call(kProducts[i], weights[i], layer, buffers, B, precision, workspace, s,
+                            launch);
+            if (whole_step)
+              decode_call(kProducts[std::size(kProducts) - 1], weights.back(), 0, buffers, B,
+                          precision, workspace, s, launch);
+          });
         }
         std::printf("| %s (%d launches) | %s | %.1f | %.1f | %.2f |\n",
                     whole_step ? "the step's 49 products" : "one layer's 4 products", launches,
                     precision == DecodePrecision::kFp32 ? "fp32" : "tf32", seconds[0] * 1e6,
                     seconds[1] * 1e6, (seconds[0] - seconds[1]) / launches * 1e6);
+      }
+    }
+
+    // The step's own chain: the products with the LayerNorms and the attention between
+    // them, plain; programmatic products after kernels that let them start only as they
+    // exit; and after kernels that let them start as they start.
+    std::printf(
+        "\n## B = %d rows: the step's chain, LayerNorms and attention between the products, "
+        "GPU us per graph (median of %d)\n\n"
+        "| chain, one graph | precision | plain | programmatic, LN and attention signal at exit "
+        "| programmatic, signal at start | saved per product, at exit | saved per product "
+        "after LN or attention, start vs exit |\n|---|---|--:|--:|--:|--:|--:|\n",
+        B, kTimedRepeats);
+    for (const bool whole_step : {false, true}) {
+      const int layers = whole_step ? kLayers : 1;
+      const int products = 4 * layers + (whole_step ? 1 : 0);
+      const int after_primaries = 3 * layers + (whole_step ? 1 : 0);  // LN or attention before
+      const int launches = 7 * layers + (whole_step ? 2 : 0);
+      for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+        const auto chain = [&](DecodeLaunch launch, LaunchDependents dependents) {
+          const auto product = [&](std::size_t i, int copy) {
+            decode_call(kProducts[i], weights[i], copy, buffers, B, precision, workspace, s,
+                        launch);
+          };
+          const auto layernorm = [&] {
+            ladder::launch_layernorm(buffers.residual, between.ln_weight, between.ln_bias,
+                                     buffers.x, B, kC, kEps, s, dependents);
+          };
+          return graph_seconds(s, [&] {
+            for (int layer = 0; layer < layers; ++layer) {
+              layernorm();
+              product(0, layer);  // c_attn
+              ladder::launch_fused_decode_attention(
+                  buffers.out, between.keys[layer], between.values[layer], between.cursor,
+                  kCacheCapacity, buffers.x, between.attention_workspace, B, kHeads, kC, s,
+                  dependents);
+              product(1, layer);  // c_proj
+              layernorm();
+              product(2, layer);  // c_fc
+              product(3, layer);  // MLP c_proj
+            }
+            if (whole_step) {
+              layernorm();
+              product(4, 0);  // LM head
+            }
+          });
+        };
+        const double plain = chain(DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
+        const double at_exit = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtExit);
+        const double at_start = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
+        std::printf("| %s (%d launches, %d products) | %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
+                    whole_step ? "the step" : "one layer", launches, products,
+                    precision == DecodePrecision::kFp32 ? "fp32" : "tf32", plain * 1e6,
+                    at_exit * 1e6, at_start * 1e6, (plain - at_exit) / products * 1e6,
+                    (at_exit - at_start) / after_primaries * 1e6);
       }
     }
   }
@@ -348,7 +451,12 @@ int run(int argc, char** argv) {
       "per second), as the\nchapters' floor counts it; GB/s: the weight's bytes over the time. "
       "cuBLASLt's c_proj rows include the\nresidual add it needs as a second launch. The "
       "programmatic-launch table: one layer's 4 products\nreread the same 28 MB every repeat "
-      "(from L2: the launch gaps alone); the step's 49 stream from HBM.\n");
+      "(from L2: the launch gaps alone); the step's 49 stream from HBM. The step's chain:\n"
+      "chapter 09's decode step without the embedding and the argmax (one layer: LayerNorm, "
+      "c_attn, attention,\nc_proj, LayerNorm, c_fc, MLP c_proj; the step: 12 layers, the last "
+      "LayerNorm and the LM head); the\nattention over a cache of 101 positions at position "
+      "50, each layer's own; the last column divides by\nthe products that follow a LayerNorm "
+      "or the attention (3 a layer, 37 in the step).\n");
   return 0;
 }
 

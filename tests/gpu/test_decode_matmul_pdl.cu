@@ -35,7 +35,7 @@ namespace {
 constexpr int kC = 768;  // GPT-2 small
 constexpr int kH = 12;
 constexpr int kV = 2000;     // an LM head of 32 column tiles, the last one partial
-constexpr int kRepeats = 2;  // the chain twice: the second first LayerNorm follows a product
+constexpr int kRepeats = 2;  // twice: the second pass starts with a LayerNorm after a product
 constexpr float kEps = 1e-5f;
 constexpr int kCapacity = 160;  // cached positions per (b, h)
 constexpr int kPosition = 129;  // the step's position: 130 valid, two splits in fp32
