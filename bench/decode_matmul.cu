@@ -12,7 +12,14 @@
 // as the sum of the per-product times and as one timed sequence of the 49 launches,
 // against the floor: the step's weight bytes over the copy bandwidth. Last, programmatic
 // dependent launch on and off: one layer's four products and the step's 49, each chain
-// captured into a CUDA graph, plain launches against programmatic dependents.
+// captured into a CUDA graph, plain launches against programmatic dependents; then the
+// chain the decode step really runs, with its LayerNorms and fused attention between the
+// products (chapter 09's step without the embedding and the argmax: LayerNorm, c_attn,
+// attention, c_proj, LayerNorm, c_fc, MLP c_proj per layer, the last LayerNorm and the
+// LM head), plain against programmatic products after a LayerNorm and an attention that
+// let them start only as they exit (LaunchDependents::kAtExit, as before they signalled)
+// or as they start (kAtStart, what the chapters run); in fp32 and TF32 (chapter 09's
+// kernels) and in bf16 (chapter 10's, on zeroed weights: timed, not verified here).
 //
 // Each product is verified before it is timed: random x, weight and bias, the decode
 // kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
@@ -23,6 +30,7 @@
 // zero: the time of a dense fp32 product does not depend on the values.
 //
 // Run:  build/native/bench/decode_matmul [--batch B]
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,14 +43,19 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
+#include "common/bfloat16.hpp"
 #include "common/cuda_check.hpp"
 #include "common/cuda_event.hpp"
 #include "common/cuda_graph.hpp"
 #include "common/cuda_stream.hpp"
 #include "common/device_info.hpp"
 #include "common/reference.hpp"
+#include "kernels/cache_attention.cuh"
+#include "kernels/cache_attention_bf16.cuh"
 #include "kernels/decode_matmul.cuh"
+#include "kernels/decode_matmul_bf16.cuh"
 #include "kernels/elementwise.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 
 namespace {
@@ -50,6 +63,7 @@ namespace {
 using ladder::DecodeEpilogue;
 using ladder::DecodeLaunch;
 using ladder::DecodePrecision;
+using ladder::LaunchDependents;
 using ladder::LinearEpilogue;
 
 constexpr int kWarmupRepeats = 3;
@@ -58,6 +72,12 @@ constexpr int kC = 768;  // GPT-2 small
 constexpr int kV = 50257;
 constexpr int kLayers = 12;
 constexpr int kCopiesPerL2 = 4;  // weight copies fill four times the L2
+constexpr int kHeads = 12;
+constexpr float kEps = 1e-5f;
+// The step's attention: a cache of 101 positions (a BOS prompt and N = 100) at position
+// 50, so L = 51 valid positions, the mean over the run's steps.
+constexpr int kCacheCapacity = 101;
+constexpr int kCachePosition = 50;
 
 /// One product of the step.
 struct Product {
@@ -169,6 +189,108 @@ double seconds_per_product(cudaStream_t stream, int copies, const std::function<
          copies;
 }
 
+/// GPU seconds of one replay of the graph `enqueue` captures (the median).
+double graph_seconds(cudaStream_t stream, const std::function<void()>& enqueue) {
+  const ladder::CudaGraph graph = ladder::capture_graph(stream, enqueue, "decode matmul chain");
+  const ladder::CudaGraphExec chain(graph, "decode matmul chain");
+  return ladder::median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats,
+                                       [&] { chain.launch(stream); });
+}
+
+// ---------------------------------------------------------------- the step's chain
+
+/// What the step runs between its products, on buffers of the bench (the values do not
+/// change the times): a LayerNorm's parameters, each layer's KV cache [64, H, capacity,
+/// D], the attention's workspace (fp32) and cursor. Element is float or __nv_bfloat16.
+template <typename Element>
+struct BetweenProducts {
+  Element* ln_weight;
+  Element* ln_bias;
+  std::vector<Element*> keys;  // per layer
+  std::vector<Element*> values;
+  void* attention_workspace;
+  const ladder::DecodePosition* cursor;
+};
+
+/// `count` zeroed bf16 of device memory.
+__nv_bfloat16* bfloat16s(ladder::bench::DeviceScratch& scratch, std::size_t count) {
+  return reinterpret_cast<__nv_bfloat16*>(scratch.floats((count + 1) / 2));
+}
+
+/// The step's chain in bf16 (chapter 10's kernels) on zeroed weights, caches and
+/// activations: a product's time does not depend on the values. Layer l multiplies
+/// weight copy l, as the fp32 chain does.
+struct BfloatStep {
+  std::vector<std::vector<__nv_bfloat16*>> weights;  // [product][copy], packed (k_tiled)
+  __nv_bfloat16* bias;                               // [4C], every product's
+  __nv_bfloat16* residual;                           // [64, C]
+  __nv_bfloat16* x;                                  // [64, 4C]
+  __nv_bfloat16* out;                                // [64, 4C]
+  BetweenProducts<__nv_bfloat16> between;
+};
+
+BfloatStep make_bfloat_step(ladder::bench::DeviceScratch& scratch,
+                            const ladder::DecodePosition* cursor) {
+  BfloatStep step{};
+  for (const Product& p : kProducts) {
+    std::vector<__nv_bfloat16*> copies;
+    for (int copy = 0; copy < p.per_step; ++copy)
+      copies.push_back(bfloat16s(
+          scratch, ladder::packed_bfloat16_size(p.K, p.N, ladder::BfloatLayout::k_tiled)));
+    step.weights.push_back(copies);
+  }
+  step.bias = bfloat16s(scratch, std::size_t{4} * kC);
+  step.residual = bfloat16s(scratch, std::size_t{ladder::kDecodeMaxRows} * kC);
+  step.x = bfloat16s(scratch, std::size_t{ladder::kDecodeMaxRows} * 4 * kC);
+  step.out = bfloat16s(scratch, std::size_t{ladder::kDecodeMaxRows} * 4 * kC);
+  step.between.ln_weight = bfloat16s(scratch, kC);
+  step.between.ln_bias = bfloat16s(scratch, kC);
+  const std::size_t cache = std::size_t{ladder::kDecodeMaxRows} * kCacheCapacity * kC;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    step.between.keys.push_back(bfloat16s(scratch, cache));
+    step.between.values.push_back(bfloat16s(scratch, cache));
+  }
+  step.between.cursor = cursor;
+  return step;
+}
+
+/// The bf16 launch of product `index` (kProducts) on weight copy `copy`; the LM head
+/// writes fp32 logits and candidates into the fp32 buffers, as decode_call does.
+void bfloat_call(std::size_t index, int copy, const BfloatStep& step, const Buffers& buffers, int B,
+                 ladder::DecodeMatmulWorkspace& workspace, cudaStream_t stream,
+                 DecodeLaunch launch) {
+  const Product& p = kProducts[index];
+  if (p.lm_head) {
+    ladder::launch_decode_lm_head_bf16(step.x, step.weights[index][copy], buffers.out,
+                                       buffers.candidate_values, buffers.candidate_indices, B, p.K,
+                                       p.N, workspace, stream, launch);
+  } else {
+    ladder::launch_decode_matmul_bf16(step.x, step.weights[index][copy], step.bias, step.out, B,
+                                      p.K, p.N, p.epilogue, workspace, stream, launch);
+  }
+}
+
+/// Enqueues the step's chain: per layer LayerNorm, c_attn, attention, c_proj, LayerNorm,
+/// c_fc, MLP c_proj; the whole step adds the last LayerNorm and the LM head.
+/// layernorm(), attention(layer) and product(index into kProducts, layer) launch them.
+template <typename LayerNorm, typename Attention, typename ProductCall>
+void enqueue_step_chain(int layers, bool whole_step, const LayerNorm& layernorm,
+                        const Attention& attention, const ProductCall& product) {
+  for (int layer = 0; layer < layers; ++layer) {
+    layernorm();
+    product(0, layer);  // c_attn
+    attention(layer);
+    product(1, layer);  // c_proj
+    layernorm();
+    product(2, layer);  // c_fc
+    product(3, layer);  // MLP c_proj
+  }
+  if (whole_step) {
+    layernorm();
+    product(4, 0);  // LM head
+  }
+}
+
 std::vector<int> batches_from(int argc, char** argv) {
   if (argc == 1) return {1, 8, 32, 64};
   const int B = ladder::bench::parse_batch(argc, argv, "decode_matmul");
@@ -225,6 +347,26 @@ int run(int argc, char** argv) {
     upload(w.bias, random_floats(rng, static_cast<std::size_t>(p.N), 1.0f));
     weights.push_back(std::move(w));
   }
+
+  // The step's chain: what runs between the products, in fp32 and in bf16.
+  const ladder::DecodePosition position{/*step=*/0, kCachePosition};
+  float* cursor = scratch.floats(sizeof(position) / sizeof(float));
+  CUDA_CHECK(cudaMemcpy(cursor, &position, sizeof(position), cudaMemcpyHostToDevice));
+  BetweenProducts<float> between{};
+  between.ln_weight = scratch.floats(kC);
+  between.ln_bias = scratch.floats(kC);
+  const std::size_t cache_floats = std::size_t{ladder::kDecodeMaxRows} * kCacheCapacity * kC;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    between.keys.push_back(scratch.floats(cache_floats));
+    between.values.push_back(scratch.floats(cache_floats));
+  }
+  between.attention_workspace = scratch.floats(
+      (ladder::fused_decode_attention_workspace_bytes(ladder::kDecodeMaxRows, kHeads, kC,
+                                                      kCacheCapacity) +
+       sizeof(float) - 1) /
+      sizeof(float));  // zeroed, as the attention needs it once
+  between.cursor = reinterpret_cast<const ladder::DecodePosition*>(cursor);
+  const BfloatStep bfloat = make_bfloat_step(scratch, between.cursor);
 
   for (const int B : batches) {
     std::printf(
@@ -320,26 +462,89 @@ int run(int argc, char** argv) {
         double seconds[2];
         for (const DecodeLaunch launch :
              {DecodeLaunch::kAfterPrevious, DecodeLaunch::kProgrammatic}) {
-          const ladder::CudaGraph graph = ladder::capture_graph(
-              s,
-              [&] {
-                for (int layer = 0; layer < layers; ++layer)
-                  for (std::size_t i = 0; i + 1 < std::size(kProducts); ++i)
-                    decode_call(kProducts[i], weights[i], layer, buffers, B, precision, workspace,
-                                s, launch);
-                if (whole_step)
-                  decode_call(kProducts[std::size(kProducts) - 1], weights.back(), 0, buffers, B,
-                              precision, workspace, s, launch);
-              },
-              "decode matmul chain");
-          const ladder::CudaGraphExec chain(graph, "decode matmul chain");
-          seconds[launch == DecodeLaunch::kProgrammatic ? 1 : 0] = ladder::median_stream_seconds(
-              s, kWarmupRepeats, kTimedRepeats, [&] { chain.launch(s); });
+          seconds[launch == DecodeLaunch::kProgrammatic ? 1 : 0] = graph_seconds(s, [&] {
+            for (int layer = 0; layer < layers; ++layer)
+              for (std::size_t i = 0; i + 1 < std::size(kProducts); ++i)
+                decode_call(kProducts[i], weights[i], layer, buffers, B, precision, workspace, s,
+                            launch);
+            if (whole_step)
+              decode_call(kProducts[std::size(kProducts) - 1], weights.back(), 0, buffers, B,
+                          precision, workspace, s, launch);
+          });
         }
         std::printf("| %s (%d launches) | %s | %.1f | %.1f | %.2f |\n",
                     whole_step ? "the step's 49 products" : "one layer's 4 products", launches,
                     precision == DecodePrecision::kFp32 ? "fp32" : "tf32", seconds[0] * 1e6,
                     seconds[1] * 1e6, (seconds[0] - seconds[1]) / launches * 1e6);
+      }
+    }
+
+    // The step's own chain: the products with the LayerNorms and the attention between
+    // them, plain; programmatic products after kernels that let them start only as they
+    // exit; and after kernels that let them start as they start.
+    std::printf(
+        "\n## B = %d rows: the step's chain, LayerNorms and attention between the products, "
+        "GPU us per graph (median of %d)\n\n"
+        "| chain, one graph | precision | plain | programmatic, LN and attention signal at exit "
+        "| programmatic, signal at start | saved per product, at exit | saved per product "
+        "after LN or attention, start vs exit |\n|---|---|--:|--:|--:|--:|--:|\n",
+        B, kTimedRepeats);
+    for (const bool whole_step : {false, true}) {
+      const int layers = whole_step ? kLayers : 1;
+      const int products = 4 * layers + (whole_step ? 1 : 0);
+      const int after_primaries = 3 * layers + (whole_step ? 1 : 0);  // LN or attention before
+      const int launches = 7 * layers + (whole_step ? 2 : 0);
+      for (const std::string precision : {"fp32", "tf32", "bf16"}) {
+        const DecodePrecision decode_precision =
+            precision == "tf32" ? DecodePrecision::kTf32 : DecodePrecision::kFp32;
+        const auto chain = [&](DecodeLaunch launch, LaunchDependents dependents) {
+          if (precision == "bf16") {
+            const BetweenProducts<__nv_bfloat16>& between_bf16 = bfloat.between;
+            return graph_seconds(s, [&] {
+              enqueue_step_chain(
+                  layers, whole_step,
+                  [&] {
+                    ladder::launch_layernorm_bf16(bfloat.residual, between_bf16.ln_weight,
+                                                  between_bf16.ln_bias, bfloat.x, B, kC, kEps, s,
+                                                  dependents);
+                  },
+                  [&](int layer) {
+                    ladder::launch_decode_attention_bf16(bfloat.out, between_bf16.keys[layer],
+                                                         between_bf16.values[layer],
+                                                         between_bf16.cursor, kCacheCapacity,
+                                                         bfloat.x, B, kHeads, kC, s, dependents);
+                  },
+                  [&](std::size_t index, int layer) {
+                    bfloat_call(index, layer, bfloat, buffers, B, workspace, s, launch);
+                  });
+            });
+          }
+          return graph_seconds(s, [&] {
+            enqueue_step_chain(
+                layers, whole_step,
+                [&] {
+                  ladder::launch_layernorm(buffers.residual, between.ln_weight, between.ln_bias,
+                                           buffers.x, B, kC, kEps, s, dependents);
+                },
+                [&](int layer) {
+                  ladder::launch_fused_decode_attention(
+                      buffers.out, between.keys[layer], between.values[layer], between.cursor,
+                      kCacheCapacity, buffers.x, between.attention_workspace, B, kHeads, kC, s,
+                      dependents);
+                },
+                [&](std::size_t index, int layer) {
+                  decode_call(kProducts[index], weights[index], layer, buffers, B, decode_precision,
+                              workspace, s, launch);
+                });
+          });
+        };
+        const double plain = chain(DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
+        const double at_exit = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtExit);
+        const double at_start = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
+        std::printf("| %s (%d launches, %d products) | %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
+                    whole_step ? "the step" : "one layer", launches, products, precision.c_str(),
+                    plain * 1e6, at_exit * 1e6, at_start * 1e6, (plain - at_exit) / products * 1e6,
+                    (at_exit - at_start) / after_primaries * 1e6);
       }
     }
   }
@@ -348,7 +553,13 @@ int run(int argc, char** argv) {
       "per second), as the\nchapters' floor counts it; GB/s: the weight's bytes over the time. "
       "cuBLASLt's c_proj rows include the\nresidual add it needs as a second launch. The "
       "programmatic-launch table: one layer's 4 products\nreread the same 28 MB every repeat "
-      "(from L2: the launch gaps alone); the step's 49 stream from HBM.\n");
+      "(from L2: the launch gaps alone); the step's 49 stream from HBM. The step's chain:\n"
+      "chapter 09's decode step without the embedding and the argmax (one layer: LayerNorm, "
+      "c_attn, attention,\nc_proj, LayerNorm, c_fc, MLP c_proj; the step: 12 layers, the last "
+      "LayerNorm and the LM head); the\nattention over a cache of 101 positions at position "
+      "50, each layer's own (bf16: chapter 10's kernels on zeroed weights); the last column "
+      "divides by\nthe products that follow a LayerNorm or the attention (3 a layer, 37 in "
+      "the step).\n");
   return 0;
 }
 

@@ -46,10 +46,13 @@ constexpr int kStoreThreads = 256;
 // Shared: queries [32][D], keys [32][D + kWidth], values [32][D]. Lane l reads key row
 //         l: the padding of kWidth floats starts the 32 rows in different banks (for
 //         16-byte reads, eight lanes at a time in banks 0, 4, ..., 28).
-// Promises (kWidth = 4): LDS.128
+// Promises (kWidth = 4): LDS.128 PREEXIT
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kCausalThreads)
     causal_attention_kernel(const float* qkv, float* out, int T, int H, int C) {
+  // In the prefill of chapters 09 and 11 c_proj's decode matmul follows: it may start
+  // loading its weight in the slots this grid leaves (device_primitives.cuh).
+  launch_dependents_at_start(LaunchDependents::kAtStart);
   extern __shared__ __align__(16) float causal_shared[];
   const int D = C / H;
   const int key_stride = D + kWidth;

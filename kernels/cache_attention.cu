@@ -133,7 +133,13 @@ template <int kWidth, int kDims, typename PositionSource>
 __device__ __forceinline__ void fused_decode_attention(const float* qkv, float* keys, float* values,
                                                        PositionSource row_position, int capacity,
                                                        float* out, SplitWorkspace workspace,
-                                                       int splits, int H, int C) {
+                                                       int splits, int H, int C,
+                                                       LaunchDependents dependents) {
+  // c_proj's decode matmul may start streaming its weight now (device_primitives.cuh):
+  // its blocks take only the slots this grid leaves (they are scheduled once all of its
+  // blocks have started or exited) and load their weight while this kernel reads the
+  // cache.
+  launch_dependents_at_start(dependents);
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kFusedWarps> warp_states;
   __shared__ bool merges_splits;
@@ -259,26 +265,28 @@ __device__ __forceinline__ void fused_decode_attention(const float* qkv, float* 
 }
 
 // The batch's kernel: every row at the cursor's position.
-// Promises (kWidth = 4): LDG.E.128
+// Promises (kWidth = 4): LDG.E.128 PREEXIT
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
                                   CursorPosition cursor, int capacity, float* out,
-                                  SplitWorkspace workspace, int splits, int H, int C) {
+                                  SplitWorkspace workspace, int splits, int H, int C,
+                                  LaunchDependents dependents) {
   fused_decode_attention<kWidth, kDims>(qkv, keys, values, cursor, capacity, out, workspace, splits,
-                                        H, C);
+                                        H, C, dependents);
 }
 
 // The serving slots' kernel: row b at positions[b], idle (output 0, no write) outside
 // [0, capacity).
-// Promises (kWidth = 4): LDG.E.128
+// Promises (kWidth = 4): LDG.E.128 PREEXIT
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_per_row_kernel(const float* qkv, float* keys, float* values,
                                           RowPositions positions, int capacity, float* out,
-                                          SplitWorkspace workspace, int splits, int H, int C) {
+                                          SplitWorkspace workspace, int splits, int H, int C,
+                                          LaunchDependents dependents) {
   fused_decode_attention<kWidth, kDims>(qkv, keys, values, positions, capacity, out, workspace,
-                                        splits, H, C);
+                                        splits, H, C, dependents);
 }
 
 // ---------------------------------------------------------------- host side
@@ -349,7 +357,8 @@ template <typename PositionSource>
 void launch_fused_attention_kernel(const char* name, const float* qkv, float* keys, float* values,
                                    PositionSource row_position, const char* position_name,
                                    const void* position_pointer, int capacity, float* out,
-                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
+                                   void* workspace, int B, int H, int C, cudaStream_t stream,
+                                   LaunchDependents dependents) {
   launch_checks::require_not_null(name, {{"qkv", qkv},
                                          {"keys", keys},
                                          {"values", values},
@@ -378,11 +387,13 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
     constexpr int kWidth = decltype(width)::value;
     constexpr int kDims = decltype(dims)::value;
     if constexpr (std::is_same_v<PositionSource, CursorPosition>)
-      fused_decode_attention_kernel<kWidth, kDims><<<grid, kFusedThreads, 0, stream>>>(
-          qkv, keys, values, row_position, capacity, out, split_workspace, splits, H, C);
+      fused_decode_attention_kernel<kWidth, kDims>
+          <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
+                                               split_workspace, splits, H, C, dependents);
     else
-      fused_decode_attention_per_row_kernel<kWidth, kDims><<<grid, kFusedThreads, 0, stream>>>(
-          qkv, keys, values, row_position, capacity, out, split_workspace, splits, H, C);
+      fused_decode_attention_per_row_kernel<kWidth, kDims>
+          <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
+                                               split_workspace, splits, H, C, dependents);
   });
   CUDA_CHECK_LAUNCH(stream);
 }
@@ -391,10 +402,11 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
 
 void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
-                                   void* workspace, int B, int H, int C, cudaStream_t stream) {
+                                   void* workspace, int B, int H, int C, cudaStream_t stream,
+                                   LaunchDependents dependents) {
   launch_fused_attention_kernel("launch_fused_decode_attention", qkv, keys, values,
                                 CursorPosition{cursor}, "cursor", cursor, capacity, out, workspace,
-                                B, H, C, stream);
+                                B, H, C, stream, dependents);
 }
 
 void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
@@ -403,7 +415,7 @@ void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float*
                                            cudaStream_t stream) {
   launch_fused_attention_kernel("launch_fused_decode_attention_per_row", qkv, keys, values,
                                 RowPositions{positions}, "positions", positions, capacity, out,
-                                workspace, B, H, C, stream);
+                                workspace, B, H, C, stream, LaunchDependents::kAtStart);
 }
 
 }  // namespace ladder

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/decode_position.cuh"
+#include "kernels/launch_dependents.hpp"
 
 namespace ladder {
 
@@ -80,11 +81,14 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
 /// each one before it reads it). One workspace per launch that may run concurrently
 /// with another.
 /// A cursor position outside [0, capacity) gives NaN outputs and writes no cache entry.
+/// `dependents`: when a programmatic dependent launched next (c_proj's decode matmul)
+/// may start (LaunchDependents; every block lets it at its start unless kAtExit).
 /// Throws std::invalid_argument on a null pointer, a misaligned workspace, B, H, C,
 /// capacity <= 0, C not divisible by H, or D > kMaxHeadDim.
 void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
-                                   void* workspace, int B, int H, int C, cudaStream_t stream);
+                                   void* workspace, int B, int H, int C, cudaStream_t stream,
+                                   LaunchDependents dependents = LaunchDependents::kAtStart);
 
 /// The fused kernel with a position per row, for rows that are not one batch moving in
 /// step (the slots of a server, each holding a request of its own length): row b
@@ -92,7 +96,8 @@ void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
 /// rows, exactly as launch_fused_decode_attention does for p = p_b. A row whose
 /// position lies outside [0, capacity) is idle: its output is 0 and it writes no cache
 /// entry (a negative position is how a caller marks a slot that takes no part in the
-/// step). positions [B] int32 on the device; the same workspace rules.
+/// step). positions [B] int32 on the device; the same workspace rules. A programmatic
+/// dependent launched next may start as the blocks start (LaunchDependents::kAtStart).
 /// Throws std::invalid_argument as launch_fused_decode_attention.
 void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
                                            const std::int32_t* positions, int capacity, float* out,

@@ -12,6 +12,7 @@
 
 #include "common/cuda_check.hpp"
 #include "kernels/bfloat16_packs.cuh"
+#include "kernels/device_primitives.cuh"
 #include "kernels/kernel_limits.hpp"
 #include "kernels/launch_checks.hpp"
 
@@ -33,11 +34,15 @@ static_assert(kThreads >= kMaxHeadDim, "the merge gives every output dimension a
 // Grid:   one block per (b, h) (blockIdx.x = b H + h), 128 threads: group
 //         G = threadIdx.x / 8 takes positions G, G + 16, ... (rounds of 16); lane j = threadIdx.x %
 //         8 of a group holds pieces j and j + 8 (8 dims each) of q, the key and the value.
-// Promises: LDG.E.128 STG.E.128
+// Promises: LDG.E.128 STG.E.128 PREEXIT
 __global__ void __launch_bounds__(kThreads)
     decode_attention_bf16_kernel(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                                  __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
-                                 __nv_bfloat16* out, int H, int C) {
+                                 __nv_bfloat16* out, int H, int C, LaunchDependents dependents) {
+  // c_proj's decode matmul may start loading its weight now (device_primitives.cuh): its
+  // blocks are scheduled once all B H blocks here have started, take only the slots they
+  // leave, and load their weight while this kernel reads the cache.
+  launch_dependents_at_start(dependents);
   __shared__ float group_max[kGroups];
   __shared__ float group_sum[kGroups];
   __shared__ float group_values[kGroups][kMaxHeadDim];
@@ -155,7 +160,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                                   __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
-                                  __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream) {
+                                  __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream,
+                                  LaunchDependents dependents) {
   constexpr const char* kName = "launch_decode_attention_bf16";
   launch_checks::require_not_null(
       kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}, {"out", out}});
@@ -174,7 +180,7 @@ void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
   launch_checks::require(static_cast<long long>(B) * H <= 0x7fffffff, kName,
                          "B * H must fit in an int");
   decode_attention_bf16_kernel<<<static_cast<unsigned int>(B * H), kThreads, 0, stream>>>(
-      qkv, keys, values, cursor, capacity, out, H, C);
+      qkv, keys, values, cursor, capacity, out, H, C, dependents);
   CUDA_CHECK_LAUNCH(stream);
 }
 

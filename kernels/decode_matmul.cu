@@ -200,7 +200,7 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
             "prefetch.global.L2 [%0];\n" ::"l"(chunk_weight(chunk) + threadIdx.x * kLineFloats));
     }
   }
-  decode_common::wait_for_previous_kernel();
+  wait_for_previous_kernel();
   for (int stage = 0; stage < kStages - 1; ++stage) {
     if (stage < chunk_count) load_x(stage, stage);
     commit_async_copies();  // an empty group keeps the counting below uniform
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
           }
         }
       });
-  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
+  allow_next_kernel_to_launch();  // this block's weight is all read
 
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
           }
         }
       });
-  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
+  allow_next_kernel_to_launch();  // this block's weight is all read
 
   store_mma_sums<kRows>(shared, k_group, column_group, g, t, sums);
   finish_tile<kRows>(a, tile, split, shared, kTf32KGroups);

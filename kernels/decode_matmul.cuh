@@ -56,10 +56,12 @@
 // the two launches do the same arithmetic in the same order and give the same bits.
 // The kernel before (the primary) needs nothing for correctness: the wait is for its
 // completion, not for a signal. It decides how early the product may launch. One that
-// never signals (chapter 09's LayerNorm and attention kernels, plain launches) signals
-// implicitly as its blocks exit: the product's blocks then start as the primary's last
-// blocks finish, which saves the launch gap and hides the pipeline's fill, but overlaps
-// none of the primary's work. The decode matmuls signal (griddepcontrol.launch_dependents,
+// never signals signals implicitly as its blocks exit: the product's blocks then start
+// as the primary's last blocks finish, which saves the launch gap and hides the
+// pipeline's fill, but overlaps none of the primary's work. The LayerNorm and attention
+// kernels a product follows in a step signal first thing (LaunchDependents::kAtStart,
+// device_primitives.cuh: launch_dependents_at_start), so the product streams its first
+// chunks while they run. The decode matmuls signal (griddepcontrol.launch_dependents,
 // cudaTriggerProgrammaticLaunchCompletion) once a block has read its last weight chunk:
 // the next product, launched when every block has signalled, prefetches its weight
 // while this one sums its splits and stores. Signalling earlier would be as correct (the

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   for (int i = 0; i < kChunksAhead; ++i) load_weights(i, ahead[i]);
   // The weight loads above do not depend on the kernel before; x, the residual stream
   // and the workspace do (decode_matmul.cuh: programmatic launch).
-  decode_common::wait_for_previous_kernel();
+  wait_for_previous_kernel();
   for (int chunk = 0; chunk < range.count; chunk += kChunksAhead) {
 #pragma unroll
     for (int i = 0; i < kChunksAhead; ++i) {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       load_weights(chunk + i + kChunksAhead, ahead[i]);
     }
   }
-  decode_common::allow_next_kernel_to_launch();  // this block's weight is all read
+  allow_next_kernel_to_launch();  // this block's weight is all read
 
   decode_common::store_mma_sums<kRows>(shared, k_group, column_group, g, u, sums);
   decode_common::finish_tile<kRows>(a, tile, split, shared, kKGroups);

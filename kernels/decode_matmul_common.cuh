@@ -180,26 +180,6 @@ void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t sha
   CUDA_CHECK_LAUNCH(stream);
 }
 
-// ---------------------------------------------------------------- grid dependency control
-
-/// Waits until the kernel before this one on the stream has completed and its writes
-/// are visible (griddepcontrol.wait). Returns at once when the launch was not a
-/// programmatic dependent one, or on GPUs before sm_90 (no such launch exists there).
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-/// Lets the kernel after this one on the stream launch once every block of this grid has
-/// called it or exited (griddepcontrol.launch_dependents). It promises nothing about
-/// this grid's writes: the dependent's wait_for_previous_kernel waits for completion.
-__device__ __forceinline__ void allow_next_kernel_to_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 // ---------------------------------------------------------------- the kernels' tail
 
 __device__ __forceinline__ float widen(float value) { return value; }
@@ -335,8 +315,8 @@ __device__ __forceinline__ void store_tile(const Arguments& a, int tile, const f
 /// rows g and g + 8, columns 2 t and 2 t + 1 of each n8 tile; the warp's 16 columns start at
 /// 16 column_group).
 template <int kRows, int kMTiles>
-__device__ __forceinline__ void store_mma_sums(float* shared, int k_group, int column_group,
-                                               int g, int t, const float (&sums)[kMTiles][2][4]) {
+__device__ __forceinline__ void store_mma_sums(float* shared, int k_group, int column_group, int g,
+                                               int t, const float (&sums)[kMTiles][2][4]) {
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
   for (int m16 = 0; m16 < kMTiles; ++m16) {

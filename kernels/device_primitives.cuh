@@ -1,10 +1,13 @@
 // kernels/device_primitives.cuh - device building blocks shared by the kernel families:
 // warp-wide and block-wide reductions by register shuffles, packed float access (one 16-byte load
-// or store instead of four 4-byte ones), and GPT-2's GELU.
+// or store instead of four 4-byte ones), GPT-2's GELU, and grid dependency control (what a
+// programmatic dependent launch waits for, and when the kernel before lets it start).
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
+
+#include "kernels/launch_dependents.hpp"
 
 namespace ladder {
 
@@ -86,6 +89,41 @@ void with_width(bool packed, const Launch& launch) {
   } else {
     launch(std::integral_constant<int, 1>{});
   }
+}
+
+// ---------------------------------------------------------------- grid dependency control
+
+/// Waits until the kernel before this one on the stream has completed and its writes
+/// are visible (griddepcontrol.wait). Returns at once when the launch was not a
+/// programmatic dependent one, or on GPUs before sm_90 (no such launch exists there).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Lets the kernel after this one on the stream launch once every block of this grid has
+/// called it or exited (griddepcontrol.launch_dependents). It promises nothing about
+/// this grid's writes: the dependent's wait_for_previous_kernel waits for completion.
+/// Without a programmatic dependent after it (a plain launch next) it does nothing.
+__device__ __forceinline__ void allow_next_kernel_to_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// The first statement of a kernel that a decode matmul may follow (LayerNorm, attention):
+/// with kAtStart, allow_next_kernel_to_launch before anything else. The start is the
+/// place because nothing later in such a kernel could be hurt by the dependent: the
+/// dependent's blocks are scheduled only once every block of this grid has executed the
+/// instruction (or exited), so they never take a slot one of this grid's blocks still
+/// waits for; until their griddepcontrol.wait they only read their own weight, which no
+/// kernel writes, so what they share with this grid is the SMs' spare slots and the
+/// memory bandwidth. Triggering later (after this kernel's loads, say) would only delay
+/// the dependent's weight stream. Before a plain launch (chapters 05-08, whose products
+/// are cuBLASLt's; any kernel but a decode matmul) the instruction has no effect.
+__device__ __forceinline__ void launch_dependents_at_start(LaunchDependents when) {
+  if (when == LaunchDependents::kAtStart) allow_next_kernel_to_launch();
 }
 
 }  // namespace ladder

@@ -40,7 +40,12 @@ constexpr int kLayernormWarps = kLayernormThreads / kWarpSize;
 template <typename Element, int kWidth, int kPacksPerThread, bool kAddResidual>
 __device__ __forceinline__ void normalize_row(Element* residual, const Element* x,
                                               const Element* weight, const Element* bias,
-                                              Element* out, int C, float eps) {
+                                              Element* out, int C, float eps,
+                                              LaunchDependents dependents) {
+  // The next decode matmul may start streaming its weight now (device_primitives.cuh):
+  // in a decode step this grid is B <= 64 blocks, all resident at once, and the matmul's
+  // blocks fill the SMs they leave free.
+  launch_dependents_at_start(dependents);
   __shared__ float partials[kLayernormWarps];
   const int packs = C / kWidth;
   const std::size_t row_offset = static_cast<std::size_t>(blockIdx.x) * C;
@@ -99,13 +104,13 @@ __device__ __forceinline__ void normalize_row(Element* residual, const Element* 
   }
 }
 
-// Promises (kWidth = 4): LDG.E.128 STG.E.128
+// Promises (kWidth = 4): LDG.E.128 STG.E.128 PREEXIT
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
-                         float* out, int C, float eps) {
+                         float* out, int C, float eps, LaunchDependents dependents) {
   normalize_row<float, kWidth, kPacksPerThread, kAddResidual>(residual, x, weight, bias, out, C,
-                                                              eps);
+                                                              eps, dependents);
 }
 
 // Math:   as layernorm_row_kernel without the residual, on the bf16 residual stream:
@@ -113,24 +118,26 @@ __global__ void __launch_bounds__(kLayernormThreads)
 //         mean and var in fp32 over the bf16 row (R3).
 // Shapes: x, out [rows, C]; weight, bias [C]; bf16; C % kWidth == 0 (8 bf16 a pack).
 // Grid:   as layernorm_row_kernel: one block per row, C = 768 is 96 packs of 16 bytes.
-// Promises (kWidth = 8): LDG.E.128 STG.E.128
+// Promises (kWidth = 8): LDG.E.128 STG.E.128 PREEXIT
 template <int kWidth, int kPacksPerThread>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_bf16_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
-                          const __nv_bfloat16* bias, __nv_bfloat16* out, int C, float eps) {
+                          const __nv_bfloat16* bias, __nv_bfloat16* out, int C, float eps,
+                          LaunchDependents dependents) {
   normalize_row<__nv_bfloat16, kWidth, kPacksPerThread, false>(nullptr, x, weight, bias, out, C,
-                                                               eps);
+                                                               eps, dependents);
 }
 
 /// Launches layernorm_row_kernel with the fewest registers that hold a row of C:
 /// kPacksPerThread = ceil(C / kWidth / 256), rounded up to 1, 2, 4 or 8.
 template <bool kAddResidual>
 void launch_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
-                       float* out, int rows, int C, float eps, bool packed, cudaStream_t stream) {
+                       float* out, int rows, int C, float eps, bool packed, cudaStream_t stream,
+                       LaunchDependents dependents) {
   static_assert(kLayernormThreads * 1 * 8 == kMaxLayernormC, "the scalar path covers every C");
   const auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(residual, x, weight,
-                                                                              bias, out, C, eps);
+    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(
+        residual, x, weight, bias, out, C, eps, dependents);
   };
   const int width = packed ? 4 : 1;
   const int packs_per_thread = (C / width + kLayernormThreads - 1) / kLayernormThreads;
@@ -165,7 +172,7 @@ void check_layernorm_arguments(const char* launcher, const void* weight, const v
 }  // namespace
 
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
-                      int C, float eps, cudaStream_t stream) {
+                      int C, float eps, cudaStream_t stream, LaunchDependents dependents) {
   constexpr const char* kName = "launch_layernorm";
   launch_checks::require_not_null(kName, "x", x);
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
@@ -174,7 +181,7 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
                       launch_checks::is_16_byte_aligned(bias) &&
                       launch_checks::is_16_byte_aligned(out);
   launch_row_kernel</*kAddResidual=*/false>(nullptr, x, weight, bias, out, rows, C, eps, packed,
-                                            stream);
+                                            stream, dependents);
 }
 
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
@@ -190,12 +197,12 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
       launch_checks::is_16_byte_aligned(x) && launch_checks::is_16_byte_aligned(weight) &&
       launch_checks::is_16_byte_aligned(bias) && launch_checks::is_16_byte_aligned(out);
   launch_row_kernel</*kAddResidual=*/true>(residual, x, weight, bias, out, rows, C, eps, packed,
-                                           stream);
+                                           stream, LaunchDependents::kAtStart);
 }
 
 void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
-                           float eps, cudaStream_t stream) {
+                           float eps, cudaStream_t stream, LaunchDependents dependents) {
   constexpr const char* kName = "launch_layernorm_bf16";
   launch_checks::require_not_null(kName, "x", x);
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
@@ -205,7 +212,7 @@ void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                       launch_checks::is_16_byte_aligned(out);
   const auto launch = [&](auto kernel) {
     kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(x, weight, bias, out,
-                                                                              C, eps);
+                                                                              C, eps, dependents);
   };
   // C <= 2048 = kMaxLayernormC: one pack of 8 per thread, or up to 8 single values.
   const int packs_per_thread = (C + kLayernormThreads - 1) / kLayernormThreads;

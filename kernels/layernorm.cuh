@@ -11,16 +11,20 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernel_limits.hpp"  // kMaxLayernormC
+#include "kernels/launch_dependents.hpp"
 
 namespace ladder {
 
 /// LayerNorm of each of the `rows` rows of x into out (out may equal x: in place).
 /// One block per row, the row in registers; two passes over it (mean, then the sum of
 /// squared deviations) keep the variance accurate even when the mean is large.
+/// `dependents`: when a programmatic dependent launched next (a decode matmul) may start
+/// (LaunchDependents; every block lets it at its start unless kAtExit).
 /// Throws std::invalid_argument on a null pointer, rows, C <= 0, C > kMaxLayernormC,
 /// or eps < 0 or not finite.
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
-                      int C, float eps, cudaStream_t stream);
+                      int C, float eps, cudaStream_t stream,
+                      LaunchDependents dependents = LaunchDependents::kAtStart);
 
 /// The residual add and the LayerNorm that follows it, fused: for each row r,
 ///   residual[r, :] += x[r, :];   out[r, :] = LayerNorm(residual[r, :]) (as above).
@@ -29,7 +33,8 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
 /// the next matmul's input. Each row of residual and x is read once and each output
 /// written once, in one launch; launch_residual_add then launch_layernorm read the
 /// residual twice, in two launches. One block per row keeps the summed row in
-/// registers. out may equal x, not residual.
+/// registers. out may equal x, not residual. A programmatic dependent launched next may
+/// start as the blocks start (LaunchDependents::kAtStart).
 /// Throws std::invalid_argument on a null pointer, rows, C <= 0, C > kMaxLayernormC,
 /// eps < 0 or not finite, or out == residual.
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
@@ -41,10 +46,11 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
 /// x, out [rows, C] and weight, bias [C] bf16, the statistics in fp32 over the bf16
 /// values, never stored. No fused residual add: in the bf16 step the residual add is
 /// the matmul epilogue's (R6, launch_decode_matmul_bf16 with kBiasResidual), which
-/// stores only the sum. One block per row as launch_layernorm; out may equal x.
-/// Throws std::invalid_argument as launch_layernorm.
+/// stores only the sum. One block per row as launch_layernorm; out may equal x;
+/// `dependents` as there. Throws std::invalid_argument as launch_layernorm.
 void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
-                           float eps, cudaStream_t stream);
+                           float eps, cudaStream_t stream,
+                           LaunchDependents dependents = LaunchDependents::kAtStart);
 
 }  // namespace ladder

@@ -246,11 +246,12 @@ class DecodeSteps {
 
 // ---------------------------------------------------------------- bad arguments
 
-/// `launcher` with its trailing stream argument bound to the default stream, so that a
-/// bad-argument check lists only the arguments it is about.
-template <typename Launcher>
-auto on_default_stream(Launcher* launcher) {
-  return [launcher](auto... arguments) { launcher(arguments..., cudaStream_t{}); };
+/// `launcher` with its stream argument bound to the default stream (and the arguments
+/// after the stream, if it takes any, to `after_stream`), so that a bad-argument check
+/// lists only the arguments it is about.
+template <typename Launcher, typename... AfterStream>
+auto on_default_stream(Launcher* launcher, AfterStream... after_stream) {
+  return [=](auto... arguments) { launcher(arguments..., cudaStream_t{}, after_stream...); };
 }
 
 namespace detail {

@@ -1,9 +1,12 @@
 // tests/gpu/test_decode_matmul_pdl.cu - the decode matmuls launched as programmatic
 // dependents (DecodeLaunch::kProgrammatic, kernels/decode_matmul.cuh) give the same bits
-// as plain launches: a layer's chain of dependent products (a LayerNorm, a plain launch,
-// before them; then c_attn, c_proj + residual, c_fc + GELU, MLP c_proj + residual and
-// the LM head, each reading what the one before wrote), twice, in a stream, in a
-// captured graph, and in the body of a conditional WHILE node as chapter 09 runs it.
+// as plain launches: a layer's chain as a decode step runs it - LayerNorm, c_attn, the
+// decode attention over a KV cache, c_proj + residual, LayerNorm, c_fc + GELU, MLP
+// c_proj + residual, LayerNorm, the LM head, each reading what the one before wrote -
+// twice, in a stream, in a captured graph, and in the body of a conditional WHILE node
+// as chapters 09 and 10 run it. Four of the five products follow a LayerNorm or the
+// attention, which let them start early (LaunchDependents::kAtStart) or only as they
+// exit (kAtExit); the reference is every kernel plainly launched and none signalling.
 // fp32, TF32 and bf16.
 #include <catch2/catch.hpp>
 
@@ -17,6 +20,8 @@
 #include "common/bfloat16.hpp"
 #include "common/cuda_check.hpp"
 #include "common/cuda_graph.hpp"
+#include "kernels/cache_attention.cuh"
+#include "kernels/cache_attention_bf16.cuh"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/decode_matmul_bf16.cuh"
 #include "kernels/layernorm.cuh"
@@ -27,10 +32,13 @@
 namespace ladder {
 namespace {
 
-constexpr int kC = 768;      // GPT-2 small
+constexpr int kC = 768;  // GPT-2 small
+constexpr int kH = 12;
 constexpr int kV = 2000;     // an LM head of 32 column tiles, the last one partial
-constexpr int kRepeats = 2;  // the chain twice: the second LayerNorm follows a product
+constexpr int kRepeats = 2;  // twice: the second pass starts with a LayerNorm after a product
 constexpr float kEps = 1e-5f;
+constexpr int kCapacity = 160;  // cached positions per (b, h)
+constexpr int kPosition = 129;  // the step's position: 130 valid, two splits in fp32
 
 /// fp32 (or TF32) storage and launches.
 struct Fp32Chain {
@@ -44,9 +52,18 @@ struct Fp32Chain {
   static std::vector<float> packed_wte(const std::vector<float>& wte) {
     return pack_decode_weight_transposed(wte.data(), kV, kC);
   }
+  static std::size_t attention_workspace_bytes(int B) {
+    return fused_decode_attention_workspace_bytes(B, kH, kC, kCapacity);
+  }
   static void layernorm(const float* x, const float* weight, const float* bias, float* out, int B,
-                        cudaStream_t stream) {
-    launch_layernorm(x, weight, bias, out, B, kC, kEps, stream);
+                        cudaStream_t stream, LaunchDependents dependents) {
+    launch_layernorm(x, weight, bias, out, B, kC, kEps, stream, dependents);
+  }
+  static void attention(const float* qkv, float* keys, float* values, const DecodePosition* cursor,
+                        float* out, void* workspace, int B, cudaStream_t stream,
+                        LaunchDependents dependents) {
+    launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, out, workspace, B, kH, kC,
+                                  stream, dependents);
   }
   void linear(const float* x, const float* weight, const float* bias, float* out, int B, int K,
               int N, DecodeEpilogue epilogue, test::DecodeQueue& queue, cudaStream_t stream,
@@ -79,9 +96,18 @@ struct Bf16Chain {
   static std::vector<std::uint16_t> packed_wte(const std::vector<float>& wte) {
     return pack_bfloat16_weights_transposed(wte.data(), kV, kC, BfloatLayout::k_tiled);
   }
+  static std::size_t attention_workspace_bytes(int) { return 0; }  // none needed
   static void layernorm(const std::uint16_t* x, const std::uint16_t* weight,
-                        const std::uint16_t* bias, std::uint16_t* out, int B, cudaStream_t stream) {
-    launch_layernorm_bf16(bf16(x), bf16(weight), bf16(bias), bf16(out), B, kC, kEps, stream);
+                        const std::uint16_t* bias, std::uint16_t* out, int B, cudaStream_t stream,
+                        LaunchDependents dependents) {
+    launch_layernorm_bf16(bf16(x), bf16(weight), bf16(bias), bf16(out), B, kC, kEps, stream,
+                          dependents);
+  }
+  static void attention(const std::uint16_t* qkv, std::uint16_t* keys, std::uint16_t* values,
+                        const DecodePosition* cursor, std::uint16_t* out, void*, int B,
+                        cudaStream_t stream, LaunchDependents dependents) {
+    launch_decode_attention_bf16(bf16(qkv), bf16(keys), bf16(values), cursor, kCapacity, bf16(out),
+                                 B, kH, kC, stream, dependents);
   }
   void linear(const std::uint16_t* x, const std::uint16_t* weight, const std::uint16_t* bias,
               std::uint16_t* out, int B, int K, int N, DecodeEpilogue epilogue,
@@ -100,8 +126,12 @@ struct Bf16Chain {
 /// Everything the chain writes, as it stands afterwards.
 struct ChainResult {
   std::vector<std::uint8_t> hidden;  // the bytes of each buffer: compared bit for bit
+  std::vector<std::uint8_t> normed;
   std::vector<std::uint8_t> qkv;
+  std::vector<std::uint8_t> attended;
   std::vector<std::uint8_t> expanded;
+  std::vector<std::uint8_t> keys;
+  std::vector<std::uint8_t> values;
   std::vector<float> logits;
   std::vector<float> candidate_values;
   std::vector<std::int32_t> candidate_indices;
@@ -114,13 +144,14 @@ std::vector<std::uint8_t> bytes_of(const std::vector<T>& values) {
 }
 
 bool operator==(const ChainResult& a, const ChainResult& b) {
-  return a.hidden == b.hidden && a.qkv == b.qkv && a.expanded == b.expanded &&
-         bytes_of(a.logits) == bytes_of(b.logits) &&
+  return a.hidden == b.hidden && a.normed == b.normed && a.qkv == b.qkv &&
+         a.attended == b.attended && a.expanded == b.expanded && a.keys == b.keys &&
+         a.values == b.values && bytes_of(a.logits) == bytes_of(b.logits) &&
          bytes_of(a.candidate_values) == bytes_of(b.candidate_values) &&
          a.candidate_indices == b.candidate_indices;
 }
 
-/// One layer's weights and the buffers of the chain at B rows, on the device.
+/// One layer's weights, its KV cache and the buffers of the chain at B rows, on the device.
 template <typename Chain>
 class LayerChain {
  public:
@@ -130,8 +161,11 @@ class LayerChain {
       : chain_(chain),
         B_(B),
         initial_hidden_(chain.stored(test::random_uniform(rng, std::size_t(B) * kC, -1, 1))),
-        ln_weight_(chain.stored(test::random_uniform(rng, kC, 0.5f, 1.5f))),
-        ln_bias_(chain.stored(test::random_uniform(rng, kC, -0.5f, 0.5f))),
+        initial_keys_(chain.stored(test::random_uniform(rng, cache_size(B), -1, 1))),
+        initial_values_(chain.stored(test::random_uniform(rng, cache_size(B), -1, 1))),
+        ln_1_(rng, chain),
+        ln_2_(rng, chain),
+        ln_f_(rng, chain),
         qkv_weight_(packed(rng, kC, 3 * kC)),
         qkv_bias_(chain.stored(test::random_uniform(rng, 3 * kC, -1, 1))),
         proj_weight_(packed(rng, kC, kC)),
@@ -144,47 +178,79 @@ class LayerChain {
         hidden_(initial_hidden_.size()),
         normed_(std::size_t(B) * kC),
         qkv_(std::size_t(B) * 3 * kC),
+        attended_(std::size_t(B) * kC),
         expanded_(std::size_t(B) * 4 * kC),
+        cache_keys_(cache_size(B)),
+        cache_values_(cache_size(B)),
+        cursor_(test::device_cursor(/*step=*/0, kPosition)),
+        attention_workspace_(std::vector<unsigned char>(Chain::attention_workspace_bytes(B), 0)),
         logits_(std::size_t(B) * kV),
-        values_(std::size_t(B) * decode_lm_head_candidates(kV)),
-        indices_(std::size_t(B) * decode_lm_head_candidates(kV)) {}
+        candidate_values_(std::size_t(B) * decode_lm_head_candidates(kV)),
+        candidate_indices_(std::size_t(B) * decode_lm_head_candidates(kV)) {}
 
-  /// Puts back the chain's starting point: the residual stream, every output poisoned.
+  /// Puts back the chain's starting point: the residual stream and the cache, every
+  /// output poisoned.
   void reset() {
     hidden_.upload(initial_hidden_);
+    cache_keys_.upload(initial_keys_);
+    cache_values_.upload(initial_values_);
     normed_.poison();
     qkv_.poison();
+    attended_.poison();
     expanded_.poison();
     logits_.poison();
-    values_.poison();
-    indices_.poison();
+    candidate_values_.poison();
+    candidate_indices_.poison();
   }
 
-  /// Enqueues the chain `repeats` times on `stream` (no host synchronization: capturable).
+  /// Enqueues the chain `repeats` times on `stream` (no host synchronization: capturable):
+  /// the products launched as `launch` says, the LayerNorms and the attention letting a
+  /// programmatic product after them start as `dependents` says.
   void enqueue(test::DecodeQueue& queue, cudaStream_t stream, DecodeLaunch launch,
-               int repeats = kRepeats) {
+               LaunchDependents dependents, int repeats = kRepeats) {
+    const auto layernorm = [&](const LayerNormWeights& ln) {
+      Chain::layernorm(hidden_.get(), ln.weight.get(), ln.bias.get(), normed_.get(), B_, stream,
+                       dependents);
+    };
     for (int repeat = 0; repeat < repeats; ++repeat) {
-      Chain::layernorm(hidden_.get(), ln_weight_.get(), ln_bias_.get(), normed_.get(), B_, stream);
+      layernorm(ln_1_);
       chain_.linear(normed_.get(), qkv_weight_.get(), qkv_bias_.get(), qkv_.get(), B_, kC, 3 * kC,
                     DecodeEpilogue::kBias, queue, stream, launch);
-      chain_.linear(normed_.get(), proj_weight_.get(), proj_bias_.get(), hidden_.get(), B_, kC, kC,
-                    DecodeEpilogue::kBiasResidual, queue, stream, launch);
-      chain_.linear(hidden_.get(), fc_weight_.get(), fc_bias_.get(), expanded_.get(), B_, kC,
+      Chain::attention(qkv_.get(), cache_keys_.get(), cache_values_.get(), cursor_.get(),
+                       attended_.get(), attention_workspace_.get(), B_, stream, dependents);
+      chain_.linear(attended_.get(), proj_weight_.get(), proj_bias_.get(), hidden_.get(), B_, kC,
+                    kC, DecodeEpilogue::kBiasResidual, queue, stream, launch);
+      layernorm(ln_2_);
+      chain_.linear(normed_.get(), fc_weight_.get(), fc_bias_.get(), expanded_.get(), B_, kC,
                     4 * kC, DecodeEpilogue::kBiasGelu, queue, stream, launch);
       chain_.linear(expanded_.get(), mlp_weight_.get(), mlp_bias_.get(), hidden_.get(), B_, 4 * kC,
                     kC, DecodeEpilogue::kBiasResidual, queue, stream, launch);
-      chain_.lm_head(hidden_.get(), wte_.get(), logits_.get(), values_.get(), indices_.get(), B_,
-                     queue, stream, launch);
+      layernorm(ln_f_);
+      chain_.lm_head(normed_.get(), wte_.get(), logits_.get(), candidate_values_.get(),
+                     candidate_indices_.get(), B_, queue, stream, launch);
     }
   }
 
   ChainResult result() const {
-    return ChainResult{
-        bytes_of(hidden_.download()), bytes_of(qkv_.download()), bytes_of(expanded_.download()),
-        logits_.download(),           values_.download(),        indices_.download()};
+    return ChainResult{bytes_of(hidden_.download()),       bytes_of(normed_.download()),
+                       bytes_of(qkv_.download()),          bytes_of(attended_.download()),
+                       bytes_of(expanded_.download()),     bytes_of(cache_keys_.download()),
+                       bytes_of(cache_values_.download()), logits_.download(),
+                       candidate_values_.download(),       candidate_indices_.download()};
   }
 
  private:
+  /// A LayerNorm's weight and bias, [C] each.
+  struct LayerNormWeights {
+    LayerNormWeights(std::mt19937& rng, const Chain& chain)
+        : weight(chain.stored(test::random_uniform(rng, kC, 0.5f, 1.5f))),
+          bias(chain.stored(test::random_uniform(rng, kC, -0.5f, 0.5f))) {}
+    test::DeviceArray<Storage> weight, bias;
+  };
+
+  /// Elements of keys (or values) [B, H, capacity, D].
+  static std::size_t cache_size(int B) { return std::size_t(B) * kCapacity * kC; }
+
   test::DeviceArray<Storage> packed(std::mt19937& rng, int K, int N) const {
     return test::DeviceArray<Storage>(
         chain_.packed(test::random_uniform(rng, std::size_t(K) * N, -0.05f, 0.05f), K, N));
@@ -192,13 +258,16 @@ class LayerChain {
 
   Chain chain_;
   int B_;
-  std::vector<Storage> initial_hidden_;
-  test::DeviceArray<Storage> ln_weight_, ln_bias_;
+  std::vector<Storage> initial_hidden_, initial_keys_, initial_values_;
+  LayerNormWeights ln_1_, ln_2_, ln_f_;
   test::DeviceArray<Storage> qkv_weight_, qkv_bias_, proj_weight_, proj_bias_;
   test::DeviceArray<Storage> fc_weight_, fc_bias_, mlp_weight_, mlp_bias_, wte_;
-  test::DeviceArray<Storage> hidden_, normed_, qkv_, expanded_;
-  test::DeviceArray<float> logits_, values_;
-  test::DeviceArray<std::int32_t> indices_;
+  test::DeviceArray<Storage> hidden_, normed_, qkv_, attended_, expanded_, cache_keys_,
+      cache_values_;
+  test::DeviceArray<DecodePosition> cursor_;
+  test::DeviceArray<unsigned char> attention_workspace_;
+  test::DeviceArray<float> logits_, candidate_values_;
+  test::DeviceArray<std::int32_t> candidate_indices_;
 };
 
 /// Edges of `graph` of the programmatic type (what stream capture makes of the attribute).
@@ -220,8 +289,10 @@ __global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* pas
   cudaGraphSetConditional(condition, *passes_left > 0 ? 1u : 0u);
 }
 
-/// The chain in a stream (plain and programmatic launches), in a captured graph, and as
-/// the body of a WHILE node run once per repeat: every result the same bits.
+/// The chain in a stream (plain launches and no early start, the reference; programmatic
+/// products after kernels that let them start at their exit, then at their start), in a
+/// captured graph, and as the body of a WHILE node run once per repeat: every result the
+/// same bits.
 template <typename Chain>
 void check_launches_agree(const Chain& chain, int B) {
   CAPTURE(B);
@@ -231,18 +302,26 @@ void check_launches_agree(const Chain& chain, int B) {
   LayerChain<Chain> layer(rng, chain, B);
 
   layer.reset();
-  layer.enqueue(queue, stream, DecodeLaunch::kAfterPrevious);
+  layer.enqueue(queue, stream, DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
   queue.stream.synchronize();
   const ChainResult plain = layer.result();
 
-  layer.reset();
-  layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic);
-  queue.stream.synchronize();
-  CHECK(layer.result() == plain);
+  for (const LaunchDependents dependents :
+       {LaunchDependents::kAtExit, LaunchDependents::kAtStart}) {
+    CAPTURE(dependents == LaunchDependents::kAtStart);
+    layer.reset();
+    layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, dependents);
+    queue.stream.synchronize();
+    CHECK(layer.result() == plain);
+  }
 
   // Captured: the attribute becomes programmatic edges between the kernel nodes.
   const CudaGraph graph = capture_graph(
-      stream, [&] { layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic); }, "PDL chain");
+      stream,
+      [&] {
+        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
+      },
+      "PDL chain");
   if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
   const CudaGraphExec executable(graph, "PDL chain");
   layer.reset();
@@ -250,7 +329,7 @@ void check_launches_agree(const Chain& chain, int B) {
   synchronize_stage(stream, "the PDL chain graph");
   CHECK(layer.result() == plain);
 
-  // Inside a WHILE node's body, as chapter 09's decode loop: one chain per pass.
+  // Inside a WHILE node's body, as chapters 09 and 10's decode loop: one chain per pass.
   require_conditional_nodes();
   test::DeviceArray<int> passes_left(1);
   CudaGraph loop = CudaGraph::create();
@@ -261,7 +340,8 @@ void check_launches_agree(const Chain& chain, int B) {
   capture_into_graph(
       body, stream,
       [&] {
-        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, /*repeats=*/1);
+        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart,
+                      /*repeats=*/1);
         count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
         CUDA_CHECK_LAUNCH(stream);
       },
@@ -277,8 +357,9 @@ void check_launches_agree(const Chain& chain, int B) {
 }
 
 TEST_CASE(
-    "programmatic launches of the decode matmuls give the plain launches' bits, fp32 "
-    "and tf32, in a stream, a graph and a WHILE body",
+    "programmatic launches of the decode matmuls, after LayerNorms and the attention that "
+    "let them start early, give the plain launches' bits, fp32 and tf32, in a stream, a "
+    "graph and a WHILE body",
     "[kernels][decode_matmul][pdl]") {
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     CAPTURE(precision == DecodePrecision::kTf32);
@@ -287,8 +368,9 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "programmatic launches of the bf16 decode matmuls give the plain launches' bits, in "
-    "a stream, a graph and a WHILE body",
+    "programmatic launches of the bf16 decode matmuls, after LayerNorms and the attention "
+    "that let them start early, give the plain launches' bits, in a stream, a graph and a "
+    "WHILE body",
     "[kernels][decode_matmul][bf16][pdl]") {
   for (const int B : {1, 7, 32, 64}) check_launches_agree(Bf16Chain{}, B);
 }
