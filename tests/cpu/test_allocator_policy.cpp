@@ -252,6 +252,81 @@ void run_static_cache_generation(DeviceAllocator& allocator, int new_tokens) {
   for (void* block : blocks) allocator.deallocate(block);
 }
 
+// One generate() of chapters 02 and 03 (chapters/02_kv_cache/kv_cache.cpp), call for call
+// in the chapters' order of allocations and frees, on GPT-2 small's sizes: B BOS prompts,
+// N new tokens, each step's activations fresh blocks, the KV cache grown by one position a
+// step (allocate the longer keys and values, free the old ones), the logits freed at the
+// step's end. A stand-in for running the chapter, which needs a GPU: the allocator's
+// numbers are a function of this sequence alone.
+void run_chapter02_generation(DeviceAllocator& allocator, int B, int N) {
+  constexpr std::size_t C = 768, V = 50257;
+  constexpr int layers = 12;
+  const cudaStream_t stream = fake_stream(1);
+  const std::size_t rows = static_cast<std::size_t>(B);  // T = 1: the prefill has B rows too
+  const auto buffer = [&](std::size_t bytes) { return DeviceBuffer(allocator, bytes, stream); };
+  const DeviceBuffer sequence = buffer(rows * sizeof(std::int32_t));
+  // GreedyBuffers: finished, all_finished, generated (no forced tokens)
+  const DeviceBuffer finished = buffer(rows * sizeof(std::int32_t));
+  const DeviceBuffer all_finished = buffer(sizeof(std::int32_t));
+  const DeviceBuffer generated = buffer(rows * N * sizeof(std::int32_t));
+  std::vector<DeviceBuffer> keys, values;
+  DeviceBuffer next_tokens;
+  const std::size_t row_bytes = rows * C * sizeof(float);
+  for (int step = 0; step < N; ++step) {
+    const std::size_t cached = static_cast<std::size_t>(step);  // L: positions in the cache
+    DeviceBuffer logits;
+    {
+      const DeviceBuffer hidden = buffer(row_bytes);  // prefill(): [B, T, C]; decode_step(): [B, C]
+      for (int layer = 0; layer < layers; ++layer) {
+        {  // the attention block
+          const DeviceBuffer normed = buffer(row_bytes);
+          const DeviceBuffer qkv = buffer(3 * row_bytes);
+          if (step == 0) {  // prefill: this layer's keys and values of position 0 stay
+            keys.push_back(buffer(row_bytes));
+            values.push_back(buffer(row_bytes));
+          } else {  // grow_kv_cache(): one position longer, the old ones freed
+            DeviceBuffer longer_keys = buffer(row_bytes * (cached + 1));
+            DeviceBuffer longer_values = buffer(row_bytes * (cached + 1));
+            keys[layer] = std::move(longer_keys);
+            values[layer] = std::move(longer_values);
+          }
+          const DeviceBuffer attended = buffer(row_bytes);
+          const DeviceBuffer projected = buffer(row_bytes);
+        }
+        {  // the MLP block
+          const DeviceBuffer normed = buffer(row_bytes);
+          const DeviceBuffer expanded = buffer(4 * row_bytes);
+          const DeviceBuffer projected = buffer(row_bytes);
+        }
+      }
+      const DeviceBuffer normed = buffer(row_bytes);  // lm_head(): ln_f, then the logits
+      logits = buffer(rows * V * sizeof(float));
+    }  // hidden and ln_f's output freed as prefill() / decode_step() return
+    next_tokens = buffer(rows * sizeof(std::int32_t));
+  }  // the step's logits are freed at the end of each step, here the last
+  // generate() returns: next_tokens, the cache (values, then keys), the greedy buffers and
+  // the prompts go, in reverse order of declaration
+  next_tokens = DeviceBuffer();
+  values.clear();
+  keys.clear();
+}
+
+// A configuration of chapter 02 or 03 as the chapter runner measures it
+// (common/chapter_runner.cpp): the decoder's cuBLASLt workspace held throughout, the
+// cache emptied, one warm-up generation, then five timed ones, each from reset peaks;
+// the table shows the last one's.
+AllocatorStats measure_chapter02_configuration(DeviceAllocator& allocator, int B, int N) {
+  start_from_empty_cache(allocator);
+  run_chapter02_generation(allocator, B, N);
+  AllocatorStats stats;
+  for (int run = 0; run < 5; ++run) {
+    allocator.reset_peak_stats();
+    run_chapter02_generation(allocator, B, N);
+    stats = allocator.stats();
+  }
+  return stats;
+}
+
 // One configuration as the chapter runner measures it: from an empty cache, a warm-up
 // run, then a timed run whose peaks fill the table.
 AllocatorStats measure_configuration(DeviceAllocator& allocator, int new_tokens) {
@@ -836,4 +911,19 @@ TEST_CASE("a growing KV cache fragments the caching allocator, not the expandabl
   CHECK(expandable.fragmentation() < 0.15);
   CHECK(expandable.peak_reserved_bytes <= 2 * expandable.peak_allocated_bytes);
   CHECK(device.held_bytes == 0);
+}
+
+TEMPLATE_TEST_CASE("chapters 02 and 03's allocations on the committed workload: the memory columns",
+                   "[allocator]", CachingAllocator, ExpandableAllocator) {
+  FakeDevice device;
+  device.total_bytes = 140 * gibibytes;
+  const auto allocator = make_fake_allocator<TestType>(device);
+  const DeviceBuffer workspace(*allocator, 32 * mebibytes, fake_stream(1));  // StepContext's
+  for (const auto& [B, N] : {std::pair{32, 100}, std::pair{32, 200}, std::pair{32, 400},
+                             std::pair{1, 100}, std::pair{8, 100}, std::pair{64, 100}}) {
+    const AllocatorStats stats = measure_chapter02_configuration(*allocator, B, N);
+    std::printf("%s B = %d, N = %d: peak allocated %zu, peak reserved %zu, fragmentation %.4f\n",
+                allocator->name().c_str(), B, N, stats.peak_allocated_bytes,
+                stats.peak_reserved_bytes, stats.fragmentation());
+  }
 }
