@@ -104,6 +104,21 @@ const Block* BlockPool::best_fit(PoolKind pool, cudaStream_t stream, std::size_t
   return *found;
 }
 
+const Block* BlockPool::first_fit(PoolKind pool, cudaStream_t stream, std::size_t bytes) const {
+  Block key;
+  key.stream = stream;
+  key.size = bytes;
+  const auto& free_blocks = free_by_pool_[pool_index(pool)];
+  // The index is ordered by stream, then size: from the key on, up to the next stream's
+  // blocks, come exactly this stream's free blocks that are large enough.
+  const Block* lowest = nullptr;
+  for (auto found = free_blocks.lower_bound(&key);
+       found != free_blocks.end() && (*found)->stream == stream; ++found) {
+    if (lowest == nullptr || (*found)->address < lowest->address) lowest = *found;
+  }
+  return lowest;
+}
+
 const Block& BlockPool::allocate(std::uintptr_t block_address, std::size_t bytes,
                                  BlockPlacement placement) {
   auto block = find_block(block_address, "allocate");

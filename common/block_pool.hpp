@@ -129,6 +129,9 @@ class BlockPool {
   /// Best fit: the smallest free block of `pool` and `stream` with at least `bytes`,
   /// lowest address among equals; nullptr if none.
   const Block* best_fit(PoolKind pool, cudaStream_t stream, std::size_t bytes) const;
+  /// First fit by address: the lowest-addressed free block of `pool` and `stream` with at
+  /// least `bytes`; nullptr if none. (The expandable allocator's choice: see there.)
+  const Block* first_fit(PoolKind pool, cudaStream_t stream, std::size_t bytes) const;
 
   /// Hands out `bytes` at one end of the free block at `block_address`, splitting off
   /// the rest when the split rule allows. The returned block may be larger than `bytes`.

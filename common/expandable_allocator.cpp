@@ -199,9 +199,9 @@ void ExpandableAllocator::empty_cache() { release_free_pages(); }
 
 const Block* ExpandableAllocator::try_allocate(std::size_t rounded_bytes, PoolKind pool,
                                                cudaStream_t stream) {
-  // A cached block is carved from its high end, a grown run from its low end: see
-  // "Where a block goes" in the header.
-  if (const Block* cached = blocks_.best_fit(pool, stream, rounded_bytes))
+  // The lowest-addressed cached block that fits, carved from its high end; a grown run
+  // from its low end: see "Where a block goes" in the header.
+  if (const Block* cached = blocks_.first_fit(pool, stream, rounded_bytes))
     return &blocks_.allocate(cached->address, rounded_bytes, BlockPlacement::high_end);
   std::optional<std::uintptr_t> run = blocks_.find_growable_run(pool, stream, rounded_bytes);
   if (!run) {

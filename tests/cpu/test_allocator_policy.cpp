@@ -668,6 +668,31 @@ TEST_CASE_METHOD(ExpandableOnFakeDevice,
 }
 
 TEST_CASE_METHOD(ExpandableOnFakeDevice,
+                 "expandable: a request takes the lowest free block that fits, at its high end",
+                 "[allocator]") {
+  // Free holes of 8 MiB (low) and 5 MiB (high), live blocks around them.
+  void* low_hole = allocator->allocate(8 * mebibytes, stream);
+  void* between = allocator->allocate(2 * mebibytes, stream);
+  void* high_hole = allocator->allocate(5 * mebibytes, stream);
+  void* top = allocator->allocate(2 * mebibytes, stream);
+  allocator->deallocate(low_hole);
+  allocator->deallocate(high_hole);
+  // 4 MiB fits both; best fit would take the 5 MiB hole, first fit takes the lower one,
+  // and its high end: right below `between`.
+  void* taken = allocator->allocate(4 * mebibytes, stream);
+  CHECK(address_of(taken) == address_of(between) - 4 * mebibytes);
+  // 6 MiB fits neither the low hole's 4 MiB rest nor the 5 MiB hole: the segment grows.
+  const std::size_t reserved = allocator->stats().reserved_bytes;
+  void* grown = allocator->allocate(6 * mebibytes, stream);
+  CHECK(address_of(grown) == address_of(top) + 2 * mebibytes);
+  CHECK(allocator->stats().reserved_bytes == reserved + 6 * mebibytes);
+  // 5 MiB: the high hole, exactly (the low rest holds 4).
+  void* exact = allocator->allocate(5 * mebibytes, stream);
+  CHECK(exact == high_hole);
+  deallocate_all({taken, between, exact, top, grown});
+}
+
+TEST_CASE_METHOD(ExpandableOnFakeDevice,
                  "expandable: the free block before the end grows into new pages", "[allocator]") {
   void* head = allocator->allocate(3 * mebibytes, stream);  // pages 0-1; 1 MiB free after
   void* tail = allocator->allocate(2 * mebibytes, stream);  // 1 MiB free + page 2
@@ -913,17 +938,35 @@ TEST_CASE("a growing KV cache fragments the caching allocator, not the expandabl
   CHECK(device.held_bytes == 0);
 }
 
+// The replay of chapters 02 and 03 (run_chapter02_generation) is the chapters' own sequence:
+// with the allocators of commit 66339a9 it gave, byte for byte, the memory columns of the
+// H200 run committed at that commit for all six configurations of the expandable
+// allocator, and the caching allocator's within one 2 MiB small segment.
 TEMPLATE_TEST_CASE("chapters 02 and 03's allocations on the committed workload: the memory columns",
                    "[allocator]", CachingAllocator, ExpandableAllocator) {
   FakeDevice device;
   device.total_bytes = 140 * gibibytes;
   const auto allocator = make_fake_allocator<TestType>(device);
-  const DeviceBuffer workspace(*allocator, 32 * mebibytes, fake_stream(1));  // StepContext's
-  for (const auto& [B, N] : {std::pair{32, 100}, std::pair{32, 200}, std::pair{32, 400},
-                             std::pair{1, 100}, std::pair{8, 100}, std::pair{64, 100}}) {
-    const AllocatorStats stats = measure_chapter02_configuration(*allocator, B, N);
-    std::printf("%s B = %d, N = %d: peak allocated %zu, peak reserved %zu, fragmentation %.4f\n",
-                allocator->name().c_str(), B, N, stats.peak_allocated_bytes,
-                stats.peak_reserved_bytes, stats.fragmentation());
+  {
+    const DeviceBuffer workspace(*allocator, 32 * mebibytes, fake_stream(1));  // StepContext's
+    for (const auto& [B, N] : {std::pair{32, 100}, std::pair{32, 200}, std::pair{32, 400},
+                               std::pair{1, 100}, std::pair{8, 100}, std::pair{64, 100}}) {
+      const AllocatorStats stats = measure_chapter02_configuration(*allocator, B, N);
+      std::printf("%s B = %d, N = %d: peak allocated %zu, peak reserved %zu, fragmentation "
+                  "%.4f\n",
+                  allocator->name().c_str(), B, N, stats.peak_allocated_bytes,
+                  stats.peak_reserved_bytes, stats.fragmentation());
+      if (B == 32 && N == 400) {
+        CAPTURE(stats.fragmentation());
+        if (std::is_same_v<TestType, ExpandableAllocator>) {
+          CHECK(stats.fragmentation() < 0.15);  // chapter 03's goal
+          CHECK(stats.peak_reserved_bytes <= 2 * stats.peak_allocated_bytes);
+        } else {
+          CHECK(stats.fragmentation() > 0.5);  // what chapter 03 removes
+        }
+      }
+    }
   }
+  allocator->empty_cache();
+  CHECK(device.held_bytes == 0);
 }
