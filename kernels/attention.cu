@@ -50,8 +50,8 @@ constexpr int kStoreThreads = 256;
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kCausalThreads)
     causal_attention_kernel(const float* qkv, float* out, int T, int H, int C) {
-  // In the prefill of chapters 09 and 11 c_proj's decode matmul follows: it may start
-  // loading its weight in the slots this grid leaves (device_primitives.cuh).
+  // In a prefill whose products are decode matmuls, c_proj's follows this kernel: it may
+  // start loading its weight in the slots this grid leaves (device_primitives.cuh).
   launch_dependents_at_start(LaunchDependents::kAtStart);
   extern __shared__ __align__(16) float causal_shared[];
   const int D = C / H;

@@ -120,8 +120,8 @@ __device__ __forceinline__ void allow_next_kernel_to_launch() {
 /// waits for; until their griddepcontrol.wait they only read their own weight, which no
 /// kernel writes, so what they share with this grid is the SMs' spare slots and the
 /// memory bandwidth. Triggering later (after this kernel's loads, say) would only delay
-/// the dependent's weight stream. Before a plain launch (chapters 05-08, whose products
-/// are cuBLASLt's; any kernel but a decode matmul) the instruction has no effect.
+/// the dependent's weight stream. Before a plain launch (cuBLASLt's products, or any
+/// kernel launched without the programmatic attribute) the instruction has no effect.
 __device__ __forceinline__ void launch_dependents_at_start(LaunchDependents when) {
   if (when == LaunchDependents::kAtStart) allow_next_kernel_to_launch();
 }

@@ -10,7 +10,7 @@ namespace ladder {
 ///   kAtStart - as soon as every one of its blocks has started (each block's first
 ///              instruction is griddepcontrol.launch_dependents): the dependent's blocks
 ///              take the SMs' free slots and stream their weight while this kernel runs
-///              (what the chapters run);
+///              (the launchers' default);
 ///   kAtExit  - only as its blocks exit, as a kernel without the instruction does (the
 ///              baseline bench/decode_matmul.cu times against kAtStart).
 /// The dependent waits for this kernel's completion before it reads anything the kernel
