@@ -30,12 +30,12 @@
 // the wave leaves slivers just too small for the next, longer copy, and they pile up.
 // Best fit sends each copy to whichever hole is tightest, so a step's copies scatter
 // over several holes that are each a little too small for the next step; the lowest
-// hole that fits keeps them in one wave. On chapter 03's own sequence of allocations
-// (batch 32, GPT-2 small, N = 400, its logits and cuBLASLt workspace in the same pool;
-// tests/cpu/test_allocator_policy.cpp replays it call for call and reproduces the H200
-// run's memory columns exactly): 15.9% fragmentation with best fit at the high end,
-// 6.4% with first fit (23.6% for best fit at the low end). On the KV cache alone the
-// three differ less (9.6% first fit, 8.9% best fit, 25% best fit at the low end).
+// hole that fits keeps them in one wave. On a whole decode loop of that kind (batch 32,
+// GPT-2 small, N = 400, every step's activations and logits and a cuBLASLt workspace in
+// the same allocator; tests/cpu/test_allocator_policy.cpp replays one call for call, and
+// the replay gave a measured H200 run's memory columns exactly): 15.9% fragmentation
+// with best fit at the high end, 6.4% with first fit, 23.6% with best fit at the low
+// end. On the KV cache's requests alone the three differ less (8.9%, 9.6%, 25%).
 //
 // Differences from PyTorch besides placement: pages are the device's minimum
 // granularity (2 MiB on current GPUs) for both pools, where PyTorch maps 20 MiB at a
