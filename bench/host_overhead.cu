@@ -13,7 +13,9 @@
 // in chapter 07's decode loop per step - enqueue the step (one graph launch between an
 // event wait and an event record), then block until the step before has ended and read
 // its flag - and in chapter 08's per generation (one launch of the whole generation, one
-// wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100).
+// wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100). A third
+// reads the GPU's own gaps inside chapter 08's WHILE node, which CUPTI does not trace:
+// one-thread kernels in the loop's body write the global timer (LoopStamps).
 //
 // Run:  build/current/bench/host_overhead [--batch B]
 #include <cuda_runtime.h>
@@ -367,11 +369,68 @@ struct GenerationTimes {
   std::vector<double> steps;   ///< steps each generation ran
 };
 
+// ---------------------------------------------------------------- the GPU's gap between steps
+//
+// CUPTI does not follow the kernels of a WHILE node's body (docs/performance_notes.md), so
+// chapter 08's idle time between steps is read here from the GPU's own clock: one-thread
+// kernels inside the loop's body write %globaltimer (nanoseconds, the same clock on every
+// multiprocessor) as the body starts and twice as it ends. The two stamps at the end are
+// one kernel boundary apart, so they measure what any boundary between two dependent
+// kernels of the graph costs (with a stamp kernel's own run); the end of one step's last
+// stamp to the next step's first is the same plus whatever the WHILE node adds between
+// two passes of its body.
+
+/// Writes the global timer at times[*count] and counts (one thread: <<<1, 1>>>).
+__global__ void stamp_kernel(unsigned long long* times, unsigned int* count, unsigned int capacity) {
+  unsigned long long now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const unsigned int index = *count;
+  if (index < capacity) times[index] = now;
+  *count = index + 1;
+}
+
+/// Three series of global-timer stamps on the device, one per stamp point of the body.
+struct LoopStamps {
+  static constexpr int kSeries = 3;  ///< the body's start, its end, one boundary after it
+  LoopStamps(DeviceAllocator& allocator, int capacity, cudaStream_t stream)
+      : capacity(capacity),
+        times(allocator, static_cast<std::size_t>(kSeries) * capacity, stream),
+        counts(allocator, kSeries, stream) {}
+  void stamp(int series, cudaStream_t stream) const {
+    stamp_kernel<<<1, 1, 0, stream>>>(times + static_cast<std::size_t>(series) * capacity,
+                                      counts + series, static_cast<unsigned int>(capacity));
+    CUDA_CHECK_LAUNCH(stream);
+  }
+  void reset(cudaStream_t stream) const {
+    CUDA_CHECK(cudaMemsetAsync(counts, 0, counts.bytes(), stream));
+  }
+  /// Each series' stamps, in nanoseconds, as many as were written (at most capacity).
+  std::array<std::vector<unsigned long long>, kSeries> download(cudaStream_t stream) const {
+    std::array<unsigned int, kSeries> written{};
+    CUDA_CHECK(cudaMemcpyAsync(written.data(), counts, counts.bytes(), cudaMemcpyDeviceToHost,
+                               stream));
+    std::vector<unsigned long long> all(static_cast<std::size_t>(kSeries) * capacity);
+    CUDA_CHECK(cudaMemcpyAsync(all.data(), times, times.bytes(), cudaMemcpyDeviceToHost, stream));
+    synchronize_stage(stream, "the loop's stamps");
+    std::array<std::vector<unsigned long long>, kSeries> series;
+    for (int s = 0; s < kSeries; ++s) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+      series[s].assign(first, first + std::min<unsigned int>(written[s], capacity));
+    }
+    return series;
+  }
+  const int capacity;
+  const TypedBuffer<unsigned long long> times;
+  const TypedBuffer<unsigned int> counts;
+};
+
 /// Chapter 08's generation graph, as its generate() captures it the first time: two plain
 /// steps (cuBLASLt's plans, every kernel loaded), the state they changed put back, then the
 /// prefill and its argmax followed by a WHILE node whose body is a decode step and its
-/// argmax, the argmax setting the loop's condition.
-CudaGraphExec capture_chapter08_generation(Generation& generation, StepContext& step) {
+/// argmax, the argmax setting the loop's condition. With `stamps`, the body also writes
+/// the global timer as it starts and, twice, as it ends (for print_loop_gaps only).
+CudaGraphExec capture_chapter08_generation(Generation& generation, StepContext& step,
+                                           const LoopStamps* stamps = nullptr) {
   const cudaStream_t stream = step.stream();
   generation.argmax(generation.prefill(step), stream);
   generation.argmax(generation.decode_step(step), stream);
@@ -388,7 +447,14 @@ CudaGraphExec capture_chapter08_generation(Generation& generation, StepContext& 
       "generation");
   capture_into_graph(
       loop_body, stream,
-      [&] { generation.argmax_in_graph_loop(generation.decode_step(step), another_step, stream); },
+      [&] {
+        if (stamps != nullptr) stamps->stamp(0, stream);  // the body starts
+        generation.argmax_in_graph_loop(generation.decode_step(step), another_step, stream);
+        if (stamps != nullptr) {
+          stamps->stamp(1, stream);  // the body's kernels are done
+          stamps->stamp(2, stream);  // one kernel boundary later
+        }
+      },
       "decode loop body");
   return CudaGraphExec(graph, "generation");
 }
@@ -419,6 +485,45 @@ void chapter08_generation(Generation& generation, GraphCache<CudaGraphExec>& gen
 /// The median of `values` divided by `divisor`.
 double median_over(const std::vector<double>& values, double divisor) {
   return summarize(values).median / divisor;
+}
+
+/// Prints the third table: the GPU's gaps inside chapter 08's WHILE node, from a
+/// generation graph whose body stamps the global timer (LoopStamps).
+void print_loop_gaps(Generation& generation, StepContext& step, DeviceAllocator& allocator) {
+  const cudaStream_t stream = step.stream();
+  const LoopStamps stamps(allocator, kNewTokens, stream);
+  const CudaGraphExec stamped = capture_chapter08_generation(generation, step, &stamps);
+  std::vector<double> boundary, between_steps;  // microseconds, every step of every generation
+  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run) {
+    generation.rewind(stream);
+    stamps.reset(stream);
+    stamped.launch(stream);
+    const auto [starts, ends, afters] = stamps.download(stream);
+    if (run < kWarmupGenerations) continue;
+    for (std::size_t i = 0; i < afters.size() && i < ends.size(); ++i) {
+      boundary.push_back(static_cast<double>(afters[i] - ends[i]) * 1e-3);
+      if (i + 1 < starts.size())
+        between_steps.push_back(static_cast<double>(starts[i + 1] - afters[i]) * 1e-3);
+    }
+  }
+  if (boundary.empty() || between_steps.empty())
+    throw std::runtime_error("chapter 08's stamped loop ran fewer than two passes of its body");
+  const auto row = [](const char* what, const std::vector<double>& values) {
+    const Summary summary = summarize(values);
+    std::printf("| %s | %.2f | %.2f | %.2f |\n", what, summary.mean, summary.median, summary.min);
+  };
+  std::printf(
+      "\nThe GPU's gaps inside chapter 08's WHILE node (global timer written by one-thread "
+      "kernels in the loop's body; %zu steps of %d generations; a stamp kernel's own run is in "
+      "both rows):\n\n| from one stamp to the next | mean us | median us | min us |\n"
+      "|---|--:|--:|--:|\n",
+      between_steps.size(), kTimedGenerations);
+  row("two kernels of one step's body: one kernel boundary", boundary);
+  row("the end of one step's body to the start of the next: the loop's boundary", between_steps);
+  std::printf(
+      "\n(The loop adds %.2f us a step over a kernel boundary: the mean of the second row "
+      "less the first's. The gap between steps is at most the second row.)\n",
+      summarize(between_steps).mean - summarize(boundary).mean);
 }
 
 /// Prints the second table: chapter 07's loop per step, chapter 08's per generation.
@@ -478,6 +583,7 @@ void print_chapter_loops(int B) {
       "\n(Steps run: chapter 07 %d, chapter 08 %.0f of N = %d. Chapter 08's whole launch: "
       "%.2f us, once per generation.)\n",
       chapter07.steps, steps08, kNewTokens, summarize(chapter08.launch).median);
+  print_loop_gaps(generation, step, *allocator);
 }
 
 int run(int argc, char** argv) {
