@@ -203,6 +203,31 @@ inline std::vector<std::int32_t> random_ints(std::mt19937& rng, std::size_t n, s
   return values;
 }
 
+/// rows x C floats for a LayerNorm test: each row is noise of spread 1 around its own
+/// offset in [-4, 4), large against the spread, which breaks a one-pass E[x^2] - E[x]^2
+/// variance. Each row's noise is rescaled to exactly the standard deviation of uniform
+/// noise on [-1, 1) (1 / sqrt(3)): fp32's error in (x - mean) / std grows with
+/// |mean| / std, and a short row (C = 3) whose values fall close together by chance
+/// would otherwise ask fp32 for more digits than it has (a one-in-200 failure at 1e-5).
+inline std::vector<float> offset_rows(std::mt19937& rng, int rows, int C) {
+  std::vector<float> x = random_uniform(rng, static_cast<std::size_t>(rows) * C, -1.0f, 1.0f);
+  const std::vector<float> offsets =
+      random_uniform(rng, static_cast<std::size_t>(rows), -4.0f, 4.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* const row = x.data() + static_cast<std::size_t>(r) * C;
+    double sum = 0.0;
+    for (int c = 0; c < C; ++c) sum += row[c];
+    const double mean = sum / C;
+    double squares = 0.0;
+    for (int c = 0; c < C; ++c) squares += (row[c] - mean) * (row[c] - mean);
+    const double spread = std::sqrt(squares / C);
+    const double scale = C > 1 && spread > 0.0 ? 1.0 / (std::sqrt(3.0) * spread) : 1.0;
+    for (int c = 0; c < C; ++c)
+      row[c] = static_cast<float>(offsets[r] + mean + (row[c] - mean) * scale);
+  }
+  return x;
+}
+
 /// rows * columns floats drawn uniformly from [low, high): a row-major matrix.
 inline std::vector<float> random_matrix(std::mt19937& rng, int rows, int columns, float low,
                                         float high) {

@@ -19,16 +19,6 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr double kTolerance = 1e-5;
 
-// Rows with their own offset (up to +-4, large against a spread of 1, which breaks a
-// one-pass E[x^2] - E[x]^2 variance) plus uniform noise.
-std::vector<float> offset_rows(std::mt19937& rng, int rows, int C) {
-  std::vector<float> x = test::random_uniform(rng, static_cast<std::size_t>(rows) * C, -1.0f, 1.0f);
-  const std::vector<float> offsets = test::random_uniform(rng, rows, -4.0f, 4.0f);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < C; ++c) x[static_cast<std::size_t>(r) * C + c] += offsets[r];
-  return x;
-}
-
 /// LayerNorm's weight [C] in [0.5, 1.5) and bias [C] in [-0.5, 0.5), on the host and on the
 /// device, and what the CPU reference makes of them.
 struct LayernormParameters {
@@ -71,7 +61,7 @@ TEST_CASE("launch_layernorm matches the reference", "[kernels]") {
     const LayernormParameters parameters(rng, C);
     for (const int rows : {1, 3, 37}) {
       CAPTURE(rows, C);
-      const std::vector<float> x = offset_rows(rng, rows, C);
+      const std::vector<float> x = test::offset_rows(rng, rows, C);
       const test::DeviceArray<float> x_device(x);
       const std::vector<float> out =
           test::launch_into_poisoned(x.size(), stream, [&](float* normalized) {
@@ -89,7 +79,7 @@ TEST_CASE("launch_layernorm works in place and on unaligned rows", "[kernels]") 
   const int rows = 37;
   const int C = 768;
   const LayernormParameters parameters(rng, C);
-  const std::vector<float> x = offset_rows(rng, rows, C);
+  const std::vector<float> x = test::offset_rows(rng, rows, C);
   const std::vector<float> expected = parameters.expected(x);
 
   SECTION("in place") {
@@ -124,7 +114,7 @@ TEST_CASE("launch_residual_layernorm matches residual add + LayerNorm", "[kernel
     const LayernormParameters parameters(rng, C);
     for (const int rows : {1, 3, 32, 37}) {
       CAPTURE(rows, C);
-      std::vector<float> residual = offset_rows(rng, rows, C);
+      std::vector<float> residual = test::offset_rows(rng, rows, C);
       const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
       test::DeviceArray<float> residual_device(residual);
       const test::DeviceArray<float> x_device(x);
@@ -148,7 +138,7 @@ TEST_CASE("launch_residual_layernorm writes into x and handles unaligned rows", 
   const int rows = 37;
   const int C = 768;
   const LayernormParameters parameters(rng, C);
-  std::vector<float> residual = offset_rows(rng, rows, C);
+  std::vector<float> residual = test::offset_rows(rng, rows, C);
   const std::vector<float> x = test::random_uniform(rng, residual.size(), -1.0f, 1.0f);
   const std::vector<float> residual_before = residual;
   const std::vector<float> expected = parameters.expected_after_residual_add(residual, x);

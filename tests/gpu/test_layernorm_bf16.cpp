@@ -47,13 +47,7 @@ TEST_CASE("launch_layernorm_bf16 matches the bf16 reference", "[kernels][bf16]")
     const test::DeviceBfloats bias_device(test::to_bfloat16_bits(bias));
     for (const int rows : {1, 3, 32, 65}) {
       CAPTURE(C, rows);
-      // Rows with their own offset (up to +-4 against a spread of 1), as the fp32 test.
-      std::vector<float> x =
-          test::random_uniform(rng, static_cast<std::size_t>(rows) * C, -1.0f, 1.0f);
-      const std::vector<float> offsets = test::random_uniform(rng, rows, -4.0f, 4.0f);
-      for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < C; ++c) x[static_cast<std::size_t>(r) * C + c] += offsets[r];
-      x = test::rounded_to_bfloat16(x);
+      const std::vector<float> x = test::rounded_to_bfloat16(test::offset_rows(rng, rows, C));
       std::vector<float> expected(x.size());
       reference::layernorm(x.data(), weight.data(), bias.data(), expected.data(), rows, C, kEps);
       expected = test::rounded_to_bfloat16(expected);
