@@ -97,8 +97,7 @@ class Decoder {
   /// The allocator the decode loop takes its memory from (its statistics fill the table).
   virtual DeviceAllocator& allocator() = 0;
   /// The matrix products of one decode step alone, run back to back with the same
-  /// shapes and handles as the loop, captured into one graph (the GPU's time, not the
-  /// host's enqueue rate), in seconds per step (median of several replays);
+  /// shapes and handles as the loop, in seconds per step (median of several repeats);
   /// chapters with a decode step override this with one call of decode_matmul_seconds
   /// (common/step_context.hpp). Negative: not measured.
   virtual double matmul_seconds_per_step(int batch) {

@@ -13,7 +13,6 @@
 
 #include "common/cuda_check.hpp"
 #include "common/cuda_event.hpp"
-#include "common/cuda_graph.hpp"
 #include "common/cuda_stream.hpp"
 #include "common/device_allocator.hpp"
 #include "common/device_model.hpp"
@@ -77,23 +76,13 @@ struct StepProductScratch {
   TypedBuffer<float> logits;     ///< [rows, V]
 };
 
-/// `step_products` (one step's products, enqueued on `stream`) captured into one CUDA
-/// graph and timed as its replays, back to back: the median of 20 timed replays after 3
-/// warm-up replays, in seconds per step. A graph, not the stream: enqueued one call at a
-/// time, the host takes 5 to 17 us a call (bench/host_overhead), longer than many of the
-/// products run, and the time would be the host's - 49 calls of LtMatmul::linear at
-/// 16.7 us are the 0.82 ms "matmuls alone" the stream gave chapters 04-08 at B = 32
-/// (session 7), where bench/decode_matmul, calling cuBLASLt without LtMatmul's host
-/// work, ran the same 49 in 0.54 ms. In the graph the products run as a captured step
-/// runs them (programmatic edges included).
+/// `step_products` (one step's products, enqueued on `stream`) timed back to back:
+/// the median of 20 timed repeats after 3 warm-up repeats, in seconds per step.
 template <typename StepProducts>
 double step_product_seconds(cudaStream_t stream, const StepProducts& step_products) {
-  constexpr int kWarmupReplays = 3;
-  constexpr int kTimedReplays = 20;
-  const CudaGraph graph = capture_graph(stream, step_products, "the step's products");
-  const CudaGraphExec products(graph, "the step's products");
-  return median_stream_seconds(stream, kWarmupReplays, kTimedReplays,
-                               [&] { products.launch(stream); });
+  constexpr int kWarmupRepeats = 3;
+  constexpr int kTimedRepeats = 20;
+  return median_stream_seconds(stream, kWarmupRepeats, kTimedRepeats, step_products);
 }
 
 /// The yardstick for everything in a step that is not a matrix product: the 49
