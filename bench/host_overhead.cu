@@ -13,7 +13,9 @@
 // in chapter 07's decode loop per step - enqueue the step (one graph launch between an
 // event wait and an event record), then block until the step before has ended and read
 // its flag - and in chapter 08's per generation (one launch of the whole generation, one
-// wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100). A third
+// wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100), and the
+// same step graph's launch with the GPU idle, to tell the graph's cost from the moment's
+// (the launch inside the loop happens while the step before runs). A third
 // reads the GPU's own gaps inside chapter 08's WHILE node, which CUPTI does not trace:
 // one-thread kernels in the loop's body write the global timer (LoopStamps).
 //
@@ -361,6 +363,31 @@ void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>&
   if (times != nullptr) times->steps = steps;
 }
 
+/// Host microseconds of cudaGraphLaunch of chapter 07's decode step with nothing queued
+/// before it (the GPU idle, the step rewound to position 0 before each launch): set
+/// against the same call inside the loop, where the step before is still running, it says
+/// whether the loop's launch time is the graph's or the moment's.
+std::vector<double> idle_launch_microseconds(const Generation& generation, PingPongStream& stream,
+                                             const GraphKey& frozen) {
+  constexpr int kWarmupLaunches = 5;
+  constexpr int kTimedLaunches = 50;
+  const CudaGraphExec* graph = stream.decode_graph.find(frozen);
+  if (graph == nullptr)
+    throw std::logic_error("idle_launch_microseconds: chapter 07's step was never captured");
+  const cudaStream_t s = stream.context.stream();
+  std::vector<double> times;
+  for (int launch = 0; launch < kWarmupLaunches + kTimedLaunches; ++launch) {
+    generation.rewind(s);
+    synchronize_stage(s, "the rewind before a lone decode step");
+    const Clock::time_point launching = Clock::now();
+    graph->launch(s);
+    const double elapsed = microseconds(launching, Clock::now());
+    synchronize_stage(s, "a lone decode step");
+    if (launch >= kWarmupLaunches) times.push_back(elapsed);
+  }
+  return times;
+}
+
 /// Host microseconds of chapter 08's generations, per generation.
 struct GenerationTimes {
   std::vector<double> launch;  ///< the graph's lookup and cudaGraphLaunch
@@ -381,7 +408,8 @@ struct GenerationTimes {
 // two passes of its body.
 
 /// Writes the global timer at times[*count] and counts (one thread: <<<1, 1>>>).
-__global__ void stamp_kernel(unsigned long long* times, unsigned int* count, unsigned int capacity) {
+__global__ void stamp_kernel(unsigned long long* times, unsigned int* count,
+                             unsigned int capacity) {
   unsigned long long now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   const unsigned int index = *count;
@@ -407,8 +435,8 @@ struct LoopStamps {
   /// Each series' stamps, in nanoseconds, as many as were written (at most capacity).
   std::array<std::vector<unsigned long long>, kSeries> download(cudaStream_t stream) const {
     std::array<unsigned int, kSeries> written{};
-    CUDA_CHECK(cudaMemcpyAsync(written.data(), counts, counts.bytes(), cudaMemcpyDeviceToHost,
-                               stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(written.data(), counts, counts.bytes(), cudaMemcpyDeviceToHost, stream));
     std::vector<unsigned long long> all(static_cast<std::size_t>(kSeries) * capacity);
     CUDA_CHECK(cudaMemcpyAsync(all.data(), times, times.bytes(), cudaMemcpyDeviceToHost, stream));
     synchronize_stage(stream, "the loop's stamps");
@@ -541,6 +569,8 @@ void print_chapter_loops(int B) {
     chapter07_generation(generation, streams, frozen, logits,
                          run < kWarmupGenerations ? nullptr : &chapter07);
 
+  const std::vector<double> idle_launch = idle_launch_microseconds(generation, streams[1], frozen);
+
   require_conditional_nodes();
   StepContext step(*allocator, /*allow_tf32=*/false);
   GraphCache<CudaGraphExec> generation_graph;
@@ -560,6 +590,8 @@ void print_chapter_loops(int B) {
        median_over(chapter07.enqueue, 1.0)},
       {"chapter 07's step: of which cudaGraphLaunch of the decode step",
        median_over(chapter07.launch, 1.0)},
+      {"chapter 07's decode step launched alone, the GPU idle: cudaGraphLaunch",
+       median_over(idle_launch, 1.0)},
       {"chapter 07's step: blocked waiting for step i - 1 (cudaEventSynchronize), its flag read",
        median_over(chapter07.wait, 1.0)},
       {"chapter 07's step: the loop's whole iteration (enqueue + wait)",
