@@ -326,10 +326,13 @@ struct InACapturedGraph {
         },
         "PDL chain");
     if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
+    INFO("reached: instantiating the graph");  // a crash's report lists the steps reached
     const CudaGraphExec executable(graph, "PDL chain");
     layer.reset();
+    INFO("reached: launching the graph and waiting for it");
     executable.launch(stream);
     synchronize_stage(stream, "the PDL chain graph");
+    INFO("reached: reading the results back");
     CHECK(layer.result() == plain);
   }
 };
@@ -356,11 +359,14 @@ struct InAWhileBody {
         },
         "PDL loop body");
     if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
+    INFO("reached: instantiating the loop graph");  // a crash's report lists the steps reached
     const CudaGraphExec loop_executable(loop, "PDL loop");
     layer.reset();
     passes_left.upload(std::vector<int>{kRepeats});
+    INFO("reached: launching the loop graph and waiting for it");
     loop_executable.launch(stream);
     synchronize_stage(stream, "the PDL loop graph");
+    INFO("reached: reading the results back");
     CHECK(layer.result() == plain);
     CHECK(passes_left.download() == std::vector<int>{0});
   }
