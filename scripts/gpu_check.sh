@@ -203,6 +203,7 @@ if wants sanitize; then
       if [ $status -eq 0 ] && grep -q '^All tests passed' "$log" &&
          grep -q 'RACECHECK SUMMARY: 0 hazards' "$log"; then
         clean=$((clean + 1))
+        echo "   racecheck $((i + 1))/${#cases[@]} clean: $case_name"
         continue
       fi
       why="exit $status"
@@ -212,6 +213,7 @@ if wants sanitize; then
       [ -n "$signal" ] && why="$why, $signal"
       [ -n "$hazards" ] && [ "$hazards" != 0 ] && why="$why, $hazards hazards"
       failed+=("$case_name ($why; racecheck/$(basename "$log"))")
+      echo "   racecheck $((i + 1))/${#cases[@]} FAILED: ${failed[-1]}"  # seen if the call is cut
     done
     failed_list=none
     [ ${#cases[@]} -eq 0 ] && failed_list="none listed (no test case has those tags)"
