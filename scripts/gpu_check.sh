@@ -13,7 +13,7 @@
 #             (scripts/check_serving_trace.py; makes the weights as hf does)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
 #             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
-#             decode-matmul and bf16 kernel tests
+#             decode-matmul and bf16 kernel tests, one test case at a time
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
 #   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16];
 #             LADDER_GPU_TAGS="[pdl] [chapter10]" runs those tags instead): quick, before the
@@ -175,15 +175,52 @@ if wants sanitize; then
       note "$tool $name (N = $new_tokens): exit $status, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/logs/$name.$tool.log" | tail -1)"
     done
   done
-  # The decode-matmul and bf16 kernels of chapters 09 on, under racecheck one by one
-  # (LADDER_SANITIZE_KERNELS=0 skips them: minutes).
-  [ "${LADDER_SANITIZE_KERNELS:-1}" = 0 ] && kernel_tags=() || kernel_tags=("[decode_matmul]" "[bf16]")
-  for tag in "${kernel_tags[@]}"; do
-    name=$(echo "$tag" | tr -d '[]')
-    timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/gpu_tests" \
-      "$tag" > "$out/logs/gpu_tests.$name.racecheck.log" 2>&1
-    note "racecheck gpu_tests $tag: exit $?, $(grep -h 'RACECHECK SUMMARY' "$out/logs/gpu_tests.$name.racecheck.log" | tail -1)"
-  done
+  # The decode-matmul and bf16 kernel tests (the kernels of chapters 09 on) under racecheck,
+  # one Catch test case a process, each with its own time limit and log (logs/racecheck/),
+  # so that a case that ends the process or hangs hides none of the others.
+  # LADDER_SANITIZE_KERNELS=0 skips them (minutes); LADDER_SANITIZE_TAGS="[pdl]" takes
+  # those tags instead; LADDER_SANITIZE_TIMEOUT is each case's limit (300 s).
+  if [ "${LADDER_SANITIZE_KERNELS:-1}" != 0 ]; then
+    read -ra kernel_tags <<< "${LADDER_SANITIZE_TAGS:-[decode_matmul] [bf16]}"
+    limit=${LADDER_SANITIZE_TIMEOUT:-300}
+    # Catch reads a comma between tags as "or"; listing exits with the number of cases.
+    mapfile -t cases < <("$build/tests/gpu_tests" --list-test-names-only \
+                           "$(IFS=,; echo "${kernel_tags[*]}")" | grep -v '^$')
+    mkdir -p "$out/logs/racecheck"
+    clean=0
+    failed=()
+    for i in "${!cases[@]}"; do
+      case_name=${cases[$i]}
+      slug=$(printf '%s' "$case_name" | tr -c 'A-Za-z0-9' _)
+      [ ${#slug} -gt 60 ] && slug="${slug:0:40}-${slug: -19}"  # the end names the stage
+      log=$out/logs/racecheck/$(printf '%02d' $((i + 1))).$slug.log
+      # The name as a test spec: a comma, brackets, a backslash, quotes, ~ and * escaped.
+      spec=$(printf '%s' "$case_name" | sed 's/[][\\,"~*]/\\&/g')
+      # -k: a process that ignores the end of its time (a crash handler stuck) is killed.
+      timeout -k 10 "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$build/tests/gpu_tests" --warn NoTests "$spec" > "$log" 2>&1
+      status=$?
+      if [ $status -eq 0 ] && grep -q '^All tests passed' "$log" &&
+         grep -q 'RACECHECK SUMMARY: 0 hazards' "$log"; then
+        clean=$((clean + 1))
+        echo "   racecheck $((i + 1))/${#cases[@]} clean: $case_name"
+        continue
+      fi
+      why="exit $status"
+      { [ $status -eq 124 ] || [ $status -eq 137 ]; } && why="no end within $limit s"
+      signal=$(grep -o 'SIG[A-Z]* - [A-Za-z ()]*' "$log" | head -1)
+      hazards=$(sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$log" | tail -1)
+      [ -n "$signal" ] && why="$why, $signal"
+      [ -n "$hazards" ] && [ "$hazards" != 0 ] && why="$why, $hazards hazards"
+      failed+=("$case_name ($why; racecheck/$(basename "$log"))")
+      echo "   racecheck $((i + 1))/${#cases[@]} FAILED: ${failed[-1]}"  # seen if the call is cut
+    done
+    failed_list=none
+    [ ${#cases[@]} -eq 0 ] && failed_list="none listed (no test case has those tags)"
+    [ ${#failed[@]} -gt 0 ] && failed_list=$(printf '%s; ' "${failed[@]}") &&
+      failed_list=${failed_list%; }
+    note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean; failed: $failed_list"
+  fi
 fi
 
 if wants bench; then

@@ -7,11 +7,13 @@
 // as chapters 09 and 10 run it. Four of the five products follow a LayerNorm or the
 // attention, which let them start early (LaunchDependents::kAtStart) or only as they
 // exit (kAtExit); the reference is every kernel plainly launched and none signalling.
-// fp32, TF32 and bf16.
+// fp32, TF32 and bf16. Each place is a test case of its own, named after it ("... -
+// InAStream", "- InACapturedGraph", "- InAWhileBody"): gpu_tests "*InAWhileBody".
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -274,13 +276,15 @@ class LayerChain {
 std::size_t programmatic_edges(cudaGraph_t graph) {
   std::size_t count = 0;
   CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  if (count == 0) return 0;
   std::vector<cudaGraphNode_t> from(count), to(count);
   std::vector<cudaGraphEdgeData> edges(count);
   CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), edges.data(), &count));
-  std::size_t programmatic = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    if (edges[i].type == cudaGraphDependencyTypeProgrammatic) ++programmatic;
-  return programmatic;
+  // The second call says how many it filled in, never more than the arrays hold.
+  const auto filled = edges.begin() + static_cast<std::ptrdiff_t>(std::min(count, edges.size()));
+  return static_cast<std::size_t>(std::count_if(edges.begin(), filled, [](const auto& edge) {
+    return edge.type == cudaGraphDependencyTypeProgrammatic;
+  }));
 }
 
 /// Counts the WHILE loop's passes down: the condition is cleared on the last.
@@ -289,90 +293,118 @@ __global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* pas
   cudaGraphSetConditional(condition, *passes_left > 0 ? 1u : 0u);
 }
 
-/// The chain in a stream (plain launches and no early start, the reference; programmatic
-/// products after kernels that let them start at their exit, then at their start), in a
-/// captured graph, and as the body of a WHILE node run once per repeat: every result the
-/// same bits.
-template <typename Chain>
+// ---------------------------------------------------------------- where the chain runs
+// Each place is a test case of its own (the test type below), so that each can be run by
+// name: compute-sanitizer's racecheck ends the process once a WHILE node's body runs
+// (scripts/gpu_check.sh, sanitize), and the stream and the graph are checked all the same.
+
+/// In a stream: programmatic products after kernels that let them start at their exit,
+/// then at their start.
+struct InAStream {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    for (const LaunchDependents dependents :
+         {LaunchDependents::kAtExit, LaunchDependents::kAtStart}) {
+      CAPTURE(dependents == LaunchDependents::kAtStart);
+      layer.reset();
+      layer.enqueue(queue, queue.stream.get(), DecodeLaunch::kProgrammatic, dependents);
+      queue.stream.synchronize();
+      CHECK(layer.result() == plain);
+    }
+  }
+};
+
+/// Captured: the attribute becomes programmatic edges between the kernel nodes.
+struct InACapturedGraph {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    const cudaStream_t stream = queue.stream.get();
+    const CudaGraph graph = capture_graph(
+        stream,
+        [&] {
+          layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
+        },
+        "PDL chain");
+    if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
+    INFO("reached: instantiating the graph");  // a crash's report lists the steps reached
+    const CudaGraphExec executable(graph, "PDL chain");
+    layer.reset();
+    INFO("reached: launching the graph and waiting for it");
+    executable.launch(stream);
+    synchronize_stage(stream, "the PDL chain graph");
+    INFO("reached: reading the results back");
+    CHECK(layer.result() == plain);
+  }
+};
+
+/// Inside a WHILE node's body, as chapters 09 and 10's decode loop: one chain per pass.
+struct InAWhileBody {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    require_conditional_nodes();
+    const cudaStream_t stream = queue.stream.get();
+    test::DeviceArray<int> passes_left(1);
+    CudaGraph loop = CudaGraph::create();
+    const cudaGraphConditionalHandle condition = create_condition(loop, /*initial=*/1);
+    cudaGraph_t body = nullptr;  // owned by the WHILE node, destroyed with `loop`
+    capture_into_graph(
+        loop.get(), stream, [&] { body = add_while_node(stream, condition); }, "PDL loop");
+    capture_into_graph(
+        body, stream,
+        [&] {
+          layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart,
+                        /*repeats=*/1);
+          count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
+          CUDA_CHECK_LAUNCH(stream);
+        },
+        "PDL loop body");
+    if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
+    INFO("reached: instantiating the loop graph");  // a crash's report lists the steps reached
+    const CudaGraphExec loop_executable(loop, "PDL loop");
+    layer.reset();
+    passes_left.upload(std::vector<int>{kRepeats});
+    INFO("reached: launching the loop graph and waiting for it");
+    loop_executable.launch(stream);
+    synchronize_stage(stream, "the PDL loop graph");
+    INFO("reached: reading the results back");
+    CHECK(layer.result() == plain);
+    CHECK(passes_left.download() == std::vector<int>{0});
+  }
+};
+
+/// The chain with plain launches and no early start (the reference), then where `Place`
+/// runs it with programmatic products: every result the same bits.
+template <typename Place, typename Chain>
 void check_launches_agree(const Chain& chain, int B) {
   CAPTURE(B);
-  std::mt19937 rng(test::fresh_seed());
+  LADDER_SEEDED_RNG(rng);
   test::DecodeQueue queue;
-  const cudaStream_t stream = queue.stream.get();
   LayerChain<Chain> layer(rng, chain, B);
 
   layer.reset();
-  layer.enqueue(queue, stream, DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
+  layer.enqueue(queue, queue.stream.get(), DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
   queue.stream.synchronize();
   const ChainResult plain = layer.result();
-
-  for (const LaunchDependents dependents :
-       {LaunchDependents::kAtExit, LaunchDependents::kAtStart}) {
-    CAPTURE(dependents == LaunchDependents::kAtStart);
-    layer.reset();
-    layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, dependents);
-    queue.stream.synchronize();
-    CHECK(layer.result() == plain);
-  }
-
-  // Captured: the attribute becomes programmatic edges between the kernel nodes.
-  const CudaGraph graph = capture_graph(
-      stream,
-      [&] {
-        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
-      },
-      "PDL chain");
-  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
-  const CudaGraphExec executable(graph, "PDL chain");
-  layer.reset();
-  executable.launch(stream);
-  synchronize_stage(stream, "the PDL chain graph");
-  CHECK(layer.result() == plain);
-
-  // Inside a WHILE node's body, as chapters 09 and 10's decode loop: one chain per pass.
-  require_conditional_nodes();
-  test::DeviceArray<int> passes_left(1);
-  CudaGraph loop = CudaGraph::create();
-  const cudaGraphConditionalHandle condition = create_condition(loop, /*initial=*/1);
-  cudaGraph_t body = nullptr;
-  capture_into_graph(
-      loop.get(), stream, [&] { body = add_while_node(stream, condition); }, "PDL loop");
-  capture_into_graph(
-      body, stream,
-      [&] {
-        layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart,
-                      /*repeats=*/1);
-        count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
-        CUDA_CHECK_LAUNCH(stream);
-      },
-      "PDL loop body");
-  if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
-  const CudaGraphExec loop_executable(loop, "PDL loop");
-  layer.reset();
-  passes_left.upload(std::vector<int>{kRepeats});
-  loop_executable.launch(stream);
-  synchronize_stage(stream, "the PDL loop graph");
-  CHECK(layer.result() == plain);
-  CHECK(passes_left.download() == std::vector<int>{0});
+  Place::check(layer, queue, plain);
 }
 
-TEST_CASE(
-    "programmatic launches of the decode matmuls, after LayerNorms and the attention that "
-    "let them start early, give the plain launches' bits, fp32 and tf32, in a stream, a "
-    "graph and a WHILE body",
-    "[kernels][decode_matmul][pdl]") {
+constexpr int kBatches[] = {1, 7, 32, 64};
+
+TEMPLATE_TEST_CASE(
+    "programmatic launches of the fp32 and tf32 decode matmuls, after LayerNorms and the "
+    "attention that let them start early, give the plain launches' bits",
+    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody) {
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     CAPTURE(precision == DecodePrecision::kTf32);
-    for (const int B : {1, 7, 32, 64}) check_launches_agree(Fp32Chain{precision}, B);
+    for (const int B : kBatches) check_launches_agree<TestType>(Fp32Chain{precision}, B);
   }
 }
 
-TEST_CASE(
+TEMPLATE_TEST_CASE(
     "programmatic launches of the bf16 decode matmuls, after LayerNorms and the attention "
-    "that let them start early, give the plain launches' bits, in a stream, a graph and a "
-    "WHILE body",
-    "[kernels][decode_matmul][bf16][pdl]") {
-  for (const int B : {1, 7, 32, 64}) check_launches_agree(Bf16Chain{}, B);
+    "that let them start early, give the plain launches' bits",
+    "[kernels][decode_matmul][bf16][pdl]", InAStream, InACapturedGraph, InAWhileBody) {
+  for (const int B : kBatches) check_launches_agree<TestType>(Bf16Chain{}, B);
 }
 
 }  // namespace
