@@ -173,7 +173,9 @@ class WeightCopies {
 /// of K, as pieces of 4 floats (kXVector: K % 4 == 0 and x 16-byte aligned, so a piece is
 /// all inside K or all past it) or of one; zeros past B and past K. Thread t copies pieces
 /// t + i kThreads: as kThreads is a multiple of the pieces in a row, they share a column
-/// and lie kRowsApart rows apart, and from chunk to chunk only the column moves.
+/// and lie kRowsApart rows apart, and from chunk to chunk only the column moves. A piece
+/// is found by its 32-bit offset in x (run_product checks that B K fits): a 64-bit pointer
+/// per piece cost registers and more instructions per chunk.
 template <int kRows, bool kXVector>
 class XCopies {
  public:
@@ -190,7 +192,7 @@ class XCopies {
         K_(a.K),
         first_row_(static_cast<int>(threadIdx.x) / kPiecesPerRow),
         column_(first_chunk * kChunkRows + kWidth * (static_cast<int>(threadIdx.x) % kPiecesPerRow)),
-        source_(a.x + static_cast<std::size_t>(first_row_) * a.K + column_),
+        offset_(static_cast<unsigned int>(first_row_) * a.K + column_),
         place_(kFloatBytes * (kChunkRows * kWeightStride + first_row_ * kXStride +
                               kWidth * (threadIdx.x % kPiecesPerRow))) {}
 
@@ -202,11 +204,11 @@ class XCopies {
       const int row = first_row_ + i * kRowsApart;
       if (kRows < kRowsApart && row >= kRows) continue;  // a small tile: some threads idle
       const bool inside = column_inside && row < B_;
-      const float* source = source_ + static_cast<std::size_t>(i) * kRowsApart * K_;
+      const unsigned int offset = offset_ + i * kRowsApart * static_cast<unsigned int>(K_);
       copy_async<kFloatBytes * kWidth>(stage + place_ + kFloatBytes * i * kRowsApart * kXStride,
-                                       inside ? source : x_, inside);
+                                       x_ + (inside ? offset : 0u), inside);
     }
-    source_ += kChunkRows;
+    offset_ += kChunkRows;
     column_ += kChunkRows;
   }
 
@@ -216,7 +218,7 @@ class XCopies {
   int K_;
   int first_row_;        ///< of piece 0
   int column_;           ///< of K, the thread's column in the next chunk
-  const float* source_;  ///< piece 0 of the next chunk (only read when inside)
+  unsigned int offset_;  ///< of piece 0 of the next chunk, in floats from x (wraps past B)
   unsigned int place_;   ///< bytes from a stage's start to piece 0's place
 };
 
@@ -488,6 +490,8 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
                  DecodeEpilogue epilogue, DecodePrecision precision,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
   const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
+  launch_checks::require(static_cast<unsigned long long>(B) * K <= 0xFFFFFFFFull, launcher,
+                         "B * K must be below 2^32: the kernels address x with 32-bit offsets");
   const DecodeMatmulArguments arguments = decode_common::product_arguments(
       launcher, p.x, p.weight, p.bias, p.out, p.candidate_values, p.candidate_indices, B, K, N,
       DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace, launch);
