@@ -152,8 +152,8 @@ class WeightCopies {
   /// The first chunk to request is the one at `chunk_weight`.
   __device__ explicit WeightCopies(const float* chunk_weight)
       : source_(chunk_weight + 4 * threadIdx.x),
-        place_(kFloatBytes * (threadIdx.x / kPiecesPerRow * kWeightStride +
-                              4 * (threadIdx.x % kPiecesPerRow))) {}
+        place_(kFloatBytes *
+               (threadIdx.x / kPiecesPerRow * kWeightStride + 4 * (threadIdx.x % kPiecesPerRow))) {}
 
   /// Requests the next chunk into the stage at shared address `stage`.
   __device__ __forceinline__ void request_next(unsigned int stage) {
@@ -191,7 +191,8 @@ class XCopies {
         B_(a.B),
         K_(a.K),
         first_row_(static_cast<int>(threadIdx.x) / kPiecesPerRow),
-        column_(first_chunk * kChunkRows + kWidth * (static_cast<int>(threadIdx.x) % kPiecesPerRow)),
+        column_(first_chunk * kChunkRows +
+                kWidth * (static_cast<int>(threadIdx.x) % kPiecesPerRow)),
         offset_(static_cast<unsigned int>(first_row_) * a.K + column_),
         place_(kFloatBytes * (kChunkRows * kWeightStride + first_row_ * kXStride +
                               kWidth * (threadIdx.x % kPiecesPerRow))) {}
@@ -263,7 +264,7 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
     if (threadIdx.x < kLinesPerChunk) {
       for (int chunk = kStages - 1; chunk < last; ++chunk)
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(first_weight + chunk * kChunkFloats +
-                                                          threadIdx.x * kLineFloats));
+                                                        threadIdx.x * kLineFloats));
     }
   }
   wait_for_previous_kernel();

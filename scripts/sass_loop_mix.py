@@ -11,11 +11,12 @@ OBJECT is anything `cuobjdump -sass` reads (an object file, a cubin, an executab
 text file it wrote earlier (*.sass, *.txt). --kernel picks the kernels whose short name
 (no namespace, no parameter list) contains the text. The loop shown is the one that holds
 the most multiply-adds (FFMA, HMMA, ...; of equals, the innermost), among those holding
-the opcode --contains names if given: for the decode matmuls `--contains LDGSTS` is the loop
-over the chunks of K (an epilogue's GELU has FFMA too). A loop is a backward branch and its target; loops nested inside
-the one shown are listed with their size, since they run a number of times the static
-count cannot know. `@!PT` instructions (predicated never-true, inserted by the compiler
-beside LDGSTS) are counted apart: they issue but do nothing.
+the opcode --contains names if given: for the decode matmuls `--contains LDGSTS` is the
+loop over the chunks of K (an epilogue's GELU has FFMA too). A loop is a backward branch
+and its target; loops nested inside the one shown are listed with their size, since they
+run a number of times the static count cannot know. `@!PT` instructions (predicated
+never-true, inserted by the compiler beside LDGSTS) are counted apart: they issue but do
+nothing.
 
 With --base the same kernels of a second object are shown beside (before -> after), to
 measure a change of the loop's code without a GPU. Static counts are not the dynamic mix
@@ -146,7 +147,8 @@ class LoopReport:
         text = (f"loop {head:#06x} .. {branch:#06x}: {self.total()} instructions, "
                 f"{self.math()} math, {self.other()} other, {self.never()} @!PT")
         for inner_head, inner_branch, size in self.nested:
-            text += f"\n    nested loop {inner_head:#06x} .. {inner_branch:#06x}: {size} instructions"
+            text += (f"\n    nested loop {inner_head:#06x} .. {inner_branch:#06x}: "
+                     f"{size} instructions")
         return text
 
 
@@ -165,10 +167,11 @@ def histogram(after, before=None):
 
 def summary_line(name, after, before=None):
     if before is None:
-        return f"{name:45s} {after.math():5d} math  {after.other():5d} other  {after.never():3d} @!PT  " \
-               f"{len(after.nested)} nested"
+        return (f"{name:45s} {after.math():5d} math  {after.other():5d} other  "
+                f"{after.never():3d} @!PT  {len(after.nested)} nested")
     return (f"{name:45s} {after.math():5d} math ({after.math() - before.math():+d})  "
-            f"other {before.other():4d} -> {after.other():4d} ({after.other() - before.other():+d})  "
+            f"other {before.other():4d} -> {after.other():4d} "
+            f"({after.other() - before.other():+d})  "
             f"@!PT {before.never():3d} -> {after.never():3d}  "
             f"nested {len(before.nested)} -> {len(after.nested)}")
 
