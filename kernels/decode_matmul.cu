@@ -93,13 +93,22 @@ int row_tile_for(int B, DecodePrecision precision) {
 
 // ---------------------------------------------------------------- cp.async
 
-/// Copies kBytes global -> shared without holding a register; with fill false the
-/// bytes are zeros. 16 bytes go through L2 only (cp.async.cg: the weight is read once),
-/// 4 bytes (x rows that are not 16-byte aligned) through L1 (cp.async.ca).
+constexpr unsigned int kFloatBytes = sizeof(float);
+
+/// The address of `pointer`, which points into shared memory, in the .shared state space
+/// (what cp.async takes as its destination).
+__device__ __forceinline__ unsigned int shared_address(const float* pointer) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(pointer));
+}
+
+/// Copies kBytes global -> shared (`destination`, a shared_address) without holding a
+/// register; with fill false the bytes are zeros. 16 bytes go through L2 only
+/// (cp.async.cg: the weight is read once), 4 bytes (x rows that are not 16-byte aligned)
+/// through L1 (cp.async.ca).
 template <int kBytes>
-__device__ __forceinline__ void copy_async(float* shared, const float* global, bool fill) {
+__device__ __forceinline__ void copy_async(unsigned int destination, const float* global,
+                                           bool fill) {
   static_assert(kBytes == 16 || kBytes == 4, "cp.async moves 16 or 4 bytes here");
-  const unsigned int destination = static_cast<unsigned int>(__cvta_generic_to_shared(shared));
   const int source_bytes = fill ? kBytes : 0;
   if constexpr (kBytes == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
@@ -122,6 +131,98 @@ __device__ __forceinline__ void wait_async_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// ---------------------------------------------------------------- a thread's copies
+
+// Every chunk moves the same pieces to the same places of a stage, from one chunk further
+// along W and x; so a thread forms its pieces' addresses once and advances its sources
+// by a constant per chunk. Recomputed per chunk, that arithmetic (64-bit sources, the
+// rows and columns of each piece) took about as many instructions as the chunk's
+// multiply-adds.
+
+/// One thread's copies of the weight, chunk after chunk of its column tile. A chunk is
+/// 32 rows x 16 pieces of 16 bytes, contiguous in the packed weight (piece p at 4 p
+/// floats); thread t copies pieces t + i kThreads, to row p / 16, column 4 (p % 16).
+class WeightCopies {
+ public:
+  static constexpr int kPiecesPerRow = kTileColumns / 4;
+  static constexpr int kPieces = kChunkRows * kPiecesPerRow / kThreads;  // per thread
+  static constexpr int kRowsApart = kThreads / kPiecesPerRow;  // between a thread's pieces
+  static_assert(kPieces * kThreads == kChunkRows * kPiecesPerRow, "W pieces split evenly");
+
+  /// The first chunk to request is the one at `chunk_weight`.
+  __device__ explicit WeightCopies(const float* chunk_weight)
+      : source_(chunk_weight + 4 * threadIdx.x),
+        place_(kFloatBytes *
+               (threadIdx.x / kPiecesPerRow * kWeightStride + 4 * (threadIdx.x % kPiecesPerRow))) {}
+
+  /// Requests the next chunk into the stage at shared address `stage`.
+  __device__ __forceinline__ void request_next(unsigned int stage) {
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i)
+      copy_async<16>(stage + place_ + kFloatBytes * i * kRowsApart * kWeightStride,
+                     source_ + i * 4 * kThreads, true);
+    source_ += kChunkRows * kTileColumns;
+  }
+
+ private:
+  const float* source_;  ///< piece t of the next chunk
+  unsigned int place_;   ///< bytes from a stage's start to piece t's place
+};
+
+/// One thread's copies of x, chunk after chunk: rows [0, kRows) x the chunk's 32 columns
+/// of K, as pieces of 4 floats (kXVector: K % 4 == 0 and x 16-byte aligned, so a piece is
+/// all inside K or all past it) or of one; zeros past B and past K. Thread t copies pieces
+/// t + i kThreads: as kThreads is a multiple of the pieces in a row, they share a column
+/// and lie kRowsApart rows apart, and from chunk to chunk only the column moves. A piece
+/// is found by its 32-bit offset in x (run_product checks that B K fits): a 64-bit pointer
+/// per piece cost registers and more instructions per chunk.
+template <int kRows, bool kXVector>
+class XCopies {
+ public:
+  static constexpr int kWidth = kXVector ? 4 : 1;  // floats per piece
+  static constexpr int kPiecesPerRow = kChunkRows / kWidth;
+  static constexpr int kRowsApart = kThreads / kPiecesPerRow;
+  static constexpr int kPieces = (kRows + kRowsApart - 1) / kRowsApart;  // per thread
+  static_assert(kRowsApart * kPiecesPerRow == kThreads, "a thread's pieces share a column");
+
+  /// The first chunk to request is `first_chunk`.
+  __device__ XCopies(const DecodeMatmulArguments& a, int first_chunk)
+      : x_(a.x),
+        B_(a.B),
+        K_(a.K),
+        first_row_(static_cast<int>(threadIdx.x) / kPiecesPerRow),
+        column_(first_chunk * kChunkRows +
+                kWidth * (static_cast<int>(threadIdx.x) % kPiecesPerRow)),
+        offset_(static_cast<unsigned int>(first_row_) * a.K + column_),
+        place_(kFloatBytes * (kChunkRows * kWeightStride + first_row_ * kXStride +
+                              kWidth * (threadIdx.x % kPiecesPerRow))) {}
+
+  /// Requests the next chunk into the stage at shared address `stage`.
+  __device__ __forceinline__ void request_next(unsigned int stage) {
+    const bool column_inside = column_ < K_;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int row = first_row_ + i * kRowsApart;
+      if (kRows < kRowsApart && row >= kRows) continue;  // a small tile: some threads idle
+      const bool inside = column_inside && row < B_;
+      const unsigned int offset = offset_ + i * kRowsApart * static_cast<unsigned int>(K_);
+      copy_async<kFloatBytes * kWidth>(stage + place_ + kFloatBytes * i * kRowsApart * kXStride,
+                                       x_ + (inside ? offset : 0u), inside);
+    }
+    offset_ += kChunkRows;
+    column_ += kChunkRows;
+  }
+
+ private:
+  const float* x_;  ///< the source of the zero copies: any valid address
+  int B_;
+  int K_;
+  int first_row_;        ///< of piece 0
+  int column_;           ///< of K, the thread's column in the next chunk
+  unsigned int offset_;  ///< of piece 0 of the next chunk, in floats from x (wraps past B)
+  unsigned int place_;   ///< bytes from a stage's start to piece 0's place
+};
+
 // ---------------------------------------------------------------- the pipeline
 
 /// Chunks of the weight a programmatic dependent launch prefetches into L2 before its
@@ -134,54 +235,20 @@ constexpr int kL2PrefetchChunks = 4;
 /// past B and past K). Returns when every copy has landed and every thread is done
 /// with shared memory. The first stages' weight is requested before
 /// wait_for_previous_kernel, x only after it (decode_matmul.cuh: programmatic launch).
+/// Chunk c sits in stage c % kStages.
 template <int kRows, bool kXVector, typename Compute>
 __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, int tile,
                                               int first_chunk, int chunk_count, float* shared,
                                               const Compute& compute) {
-  const float* tile_weight =
-      a.weight + static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns;
-  const auto chunk_weight = [&](int chunk) {  // 32 rows x 64 columns, contiguous
-    return tile_weight + static_cast<std::size_t>(first_chunk + chunk) * kChunkRows * kTileColumns;
-  };
-  const auto load_weight = [&](int chunk, int stage) {
-    float* w = shared + stage * stage_floats(kRows);
-    // W: 32 rows x 16 pieces of 16 bytes, contiguous in the packed weight.
-    const float* source = chunk_weight(chunk);
-    constexpr int kPiecesPerRow = kTileColumns / 4;
-    constexpr int kPiecesPerThread = kChunkRows * kPiecesPerRow / kThreads;
-    static_assert(kPiecesPerThread * kThreads == kChunkRows * kPiecesPerRow,
-                  "W pieces split evenly");
-#pragma unroll
-    for (int i = 0; i < kPiecesPerThread; ++i) {
-      const int p = static_cast<int>(threadIdx.x) + i * kThreads;
-      const int row = p / kPiecesPerRow;
-      const int piece = p % kPiecesPerRow;
-      copy_async<16>(w + row * kWeightStride + 4 * piece, source + row * kTileColumns + 4 * piece,
-                     true);
-    }
-  };
-  const auto load_x = [&](int chunk, int stage) {
-    float* xs = shared + stage * stage_floats(kRows) + kChunkRows * kWeightStride;
-    const int k0 = (first_chunk + chunk) * kChunkRows;
-    // x [b, k0 .. k0 + 31] for every row of the tile; zeros outside [0, B) x [0, K).
-    if constexpr (kXVector) {
-      constexpr int kXPieces = kChunkRows / 4;
-      for (int p = threadIdx.x; p < kRows * kXPieces; p += kThreads) {
-        const int row = p / kXPieces;
-        const int k = k0 + 4 * (p % kXPieces);
-        const bool inside = row < a.B && k < a.K;  // K % 4 == 0: a piece is all in or all out
-        copy_async<16>(xs + row * kXStride + (k - k0),
-                       inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
-      }
-    } else {
-      for (int p = threadIdx.x; p < kRows * kChunkRows; p += kThreads) {
-        const int row = p / kChunkRows;
-        const int k = k0 + p % kChunkRows;
-        const bool inside = row < a.B && k < a.K;
-        copy_async<4>(xs + row * kXStride + (k - k0),
-                      inside ? a.x + static_cast<std::size_t>(row) * a.K + k : a.x, inside);
-      }
-    }
+  constexpr int kChunkFloats = kChunkRows * kTileColumns;  // 32 rows x 64 columns, contiguous
+  const float* first_weight = a.weight +
+                              static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns +
+                              static_cast<std::size_t>(first_chunk) * kChunkFloats;
+  WeightCopies weight(first_weight);
+  XCopies<kRows, kXVector> x(a, first_chunk);
+  const unsigned int pipeline = shared_address(shared);
+  const auto stage_address = [&](int stage) {
+    return pipeline + kFloatBytes * stage * stage_floats(kRows);
   };
 
   // The weight does not depend on the kernel before: its first stages, and with a
@@ -189,20 +256,20 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
   // first 64), are requested before the wait. Group `stage` then holds x of that stage
   // (group 0 also the weight of every first stage), so the waits below count as before.
   for (int stage = 0; stage < kStages - 1; ++stage)
-    if (stage < chunk_count) load_weight(stage, stage);
+    if (stage < chunk_count) weight.request_next(stage_address(stage));
   if (a.programmatic) {
     constexpr int kLineFloats = 128 / sizeof(float);
-    constexpr int kLinesPerChunk = kChunkRows * kTileColumns / kLineFloats;  // 64
+    constexpr int kLinesPerChunk = kChunkFloats / kLineFloats;  // 64
     const int last = min(chunk_count, kStages - 1 + kL2PrefetchChunks);
     if (threadIdx.x < kLinesPerChunk) {
       for (int chunk = kStages - 1; chunk < last; ++chunk)
-        asm volatile(
-            "prefetch.global.L2 [%0];\n" ::"l"(chunk_weight(chunk) + threadIdx.x * kLineFloats));
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(first_weight + chunk * kChunkFloats +
+                                                        threadIdx.x * kLineFloats));
     }
   }
   wait_for_previous_kernel();
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < chunk_count) load_x(stage, stage);
+    if (stage < chunk_count) x.request_next(stage_address(stage));
     commit_async_copies();  // an empty group keeps the counting below uniform
   }
   for (int chunk = 0; chunk < chunk_count; ++chunk) {
@@ -210,8 +277,9 @@ __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, in
     __syncthreads();                   // everyone's have, and chunk - 1's stage is free
     const int ahead = chunk + kStages - 1;
     if (ahead < chunk_count) {
-      load_weight(ahead, ahead % kStages);
-      load_x(ahead, ahead % kStages);
+      const unsigned int free_stage = stage_address(ahead % kStages);
+      weight.request_next(free_stage);
+      x.request_next(free_stage);
     }
     commit_async_copies();
     const float* w = shared + (chunk % kStages) * stage_floats(kRows);
@@ -423,6 +491,8 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
                  DecodeEpilogue epilogue, DecodePrecision precision,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
   const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
+  launch_checks::require(static_cast<unsigned long long>(B) * K <= 0xFFFFFFFFull, launcher,
+                         "B * K must be below 2^32: the kernels address x with 32-bit offsets");
   const DecodeMatmulArguments arguments = decode_common::product_arguments(
       launcher, p.x, p.weight, p.bias, p.out, p.candidate_values, p.candidate_indices, B, K, N,
       DecodeWeightLayout::of(K, N).padded_rows, epilogue, plan, workspace, launch);

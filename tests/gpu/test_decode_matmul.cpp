@@ -527,6 +527,8 @@ TEST_CASE("the decode matmul launchers reject bad arguments", "[kernels][decode_
   CHECK_THROWS_AS(linear(in, in, nullptr, out, 8, 8, 8, kBias), std::invalid_argument);
   CHECK_THROWS_AS(linear(in, in, in, out, 8, 8, 8, kNone), std::invalid_argument);
   CHECK_THROWS_AS(linear(in, in + 1, in, out, 8, 8, 8, kBias), std::invalid_argument);
+  // B K = 2^32 floats: past the 32-bit offsets the kernels address x with (checked first).
+  CHECK_THROWS_AS(linear(in, in, in, out, 64, 1 << 26, 8, kBias), std::invalid_argument);
   const auto lm_head = [&](const float* x, const float* wte, float* logits, float* values,
                            std::int32_t* winners, int B, int C, int V) {
     launch_decode_lm_head(x, wte, logits, values, winners, B, C, V, kFp32, workspace, nullptr);
