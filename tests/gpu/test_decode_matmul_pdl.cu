@@ -276,13 +276,10 @@ class LayerChain {
 std::size_t programmatic_edges(cudaGraph_t graph) {
   std::size_t count = 0;
   CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
-  if (count == 0) return 0;
   std::vector<cudaGraphNode_t> from(count), to(count);
   std::vector<cudaGraphEdgeData> edges(count);
   CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), edges.data(), &count));
-  // The second call says how many it filled in, never more than the arrays hold.
-  const auto filled = edges.begin() + static_cast<std::ptrdiff_t>(std::min(count, edges.size()));
-  return static_cast<std::size_t>(std::count_if(edges.begin(), filled, [](const auto& edge) {
+  return static_cast<std::size_t>(std::count_if(edges.begin(), edges.end(), [](const auto& edge) {
     return edge.type == cudaGraphDependencyTypeProgrammatic;
   }));
 }
