@@ -259,8 +259,9 @@ double per_generation(const nlohmann::json& configuration, const char* column) {
   return configuration.at(column).get<double>() * configuration.at("steps").get<double>();
 }
 
+// [cupti]: it reads the launch counts CUPTI traced, which no tool beside a sanitizer can.
 TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one per generation",
-          "[graphs][chapters]") {
+          "[graphs][chapters][cupti]") {
   const Gpt2Weights weights = testing::load_golden_model();
   const int batch = 4;
   const int prompt_length = 3;

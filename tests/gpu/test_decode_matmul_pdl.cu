@@ -8,7 +8,8 @@
 // attention, which let them start early (LaunchDependents::kAtStart) or only as they
 // exit (kAtExit); the reference is every kernel plainly launched and none signalling.
 // fp32, TF32 and bf16. Each place is a test case of its own, named after it ("... -
-// InAStream", "- InACapturedGraph", "- InAWhileBody"): gpu_tests "*InAWhileBody".
+// InAStream", "- InACapturedGraph", "- InAWhileBody"; "- PlainInAWhileBody" is the WHILE
+// body with the products plainly launched): gpu_tests "*InAWhileBody".
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
@@ -292,7 +293,7 @@ __global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* pas
 
 // ---------------------------------------------------------------- where the chain runs
 // Each place is a test case of its own (the test type below), so that each can be run by
-// name: compute-sanitizer's racecheck ends the process once a WHILE node's body runs
+// name: compute-sanitizer's racecheck ends the process once this chain's WHILE body runs
 // (scripts/gpu_check.sh, sanitize), and the stream and the graph are checked all the same.
 
 /// In a stream: programmatic products after kernels that let them start at their exit,
@@ -334,38 +335,58 @@ struct InACapturedGraph {
   }
 };
 
-/// Inside a WHILE node's body, as chapters 09 and 10's decode loop: one chain per pass.
+/// The chain inside a WHILE node's body, one chain per pass, its products launched as
+/// `launch` says and the kernels before them signalling at their start.
+template <typename Chain>
+void check_in_while_body(LayerChain<Chain>& layer, test::DecodeQueue& queue,
+                         const ChainResult& plain, DecodeLaunch launch) {
+  require_conditional_nodes();
+  const cudaStream_t stream = queue.stream.get();
+  test::DeviceArray<int> passes_left(1);
+  CudaGraph loop = CudaGraph::create();
+  const cudaGraphConditionalHandle condition = create_condition(loop, /*initial=*/1);
+  cudaGraph_t body = nullptr;  // owned by the WHILE node, destroyed with `loop`
+  capture_into_graph(
+      loop.get(), stream, [&] { body = add_while_node(stream, condition); }, "chain loop");
+  capture_into_graph(
+      body, stream,
+      [&] {
+        layer.enqueue(queue, stream, launch, LaunchDependents::kAtStart, /*repeats=*/1);
+        count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
+        CUDA_CHECK_LAUNCH(stream);
+      },
+      "chain loop body");
+  if (launch == DecodeLaunch::kProgrammatic && queue.workspace.programmatic_launches())
+    CHECK(programmatic_edges(body) > 0);
+  if (launch == DecodeLaunch::kAfterPrevious) CHECK(programmatic_edges(body) == 0);
+  INFO("reached: instantiating the loop graph");  // a crash's report lists the steps reached
+  const CudaGraphExec loop_executable(loop, "chain loop");
+  layer.reset();
+  passes_left.upload(std::vector<int>{kRepeats});
+  INFO("reached: launching the loop graph and waiting for it");
+  loop_executable.launch(stream);
+  synchronize_stage(stream, "the chain loop graph");
+  INFO("reached: reading the results back");
+  CHECK(layer.result() == plain);
+  CHECK(passes_left.download() == std::vector<int>{0});
+}
+
+/// Inside a WHILE node's body, as chapters 09 and 10's decode loop.
 struct InAWhileBody {
   template <typename Chain>
   static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
-    require_conditional_nodes();
-    const cudaStream_t stream = queue.stream.get();
-    test::DeviceArray<int> passes_left(1);
-    CudaGraph loop = CudaGraph::create();
-    const cudaGraphConditionalHandle condition = create_condition(loop, /*initial=*/1);
-    cudaGraph_t body = nullptr;  // owned by the WHILE node, destroyed with `loop`
-    capture_into_graph(
-        loop.get(), stream, [&] { body = add_while_node(stream, condition); }, "PDL loop");
-    capture_into_graph(
-        body, stream,
-        [&] {
-          layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart,
-                        /*repeats=*/1);
-          count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
-          CUDA_CHECK_LAUNCH(stream);
-        },
-        "PDL loop body");
-    if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(body) > 0);
-    INFO("reached: instantiating the loop graph");  // a crash's report lists the steps reached
-    const CudaGraphExec loop_executable(loop, "PDL loop");
-    layer.reset();
-    passes_left.upload(std::vector<int>{kRepeats});
-    INFO("reached: launching the loop graph and waiting for it");
-    loop_executable.launch(stream);
-    synchronize_stage(stream, "the PDL loop graph");
-    INFO("reached: reading the results back");
-    CHECK(layer.result() == plain);
-    CHECK(passes_left.download() == std::vector<int>{0});
+    check_in_while_body(layer, queue, plain, DecodeLaunch::kProgrammatic);
+  }
+};
+
+/// The same WHILE body with every product plainly launched: no programmatic edge in the
+/// loop. Beside InAWhileBody it tells a tool's trouble with programmatic launches from its
+/// trouble with the body's kernels in a WHILE node (racecheck ends the process in
+/// InAWhileBody, while gpu_tests "[graphs]"'s WHILE loop of small kernels passes under it).
+struct PlainInAWhileBody {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    check_in_while_body(layer, queue, plain, DecodeLaunch::kAfterPrevious);
   }
 };
 
@@ -390,7 +411,8 @@ constexpr int kBatches[] = {1, 7, 32, 64};
 TEMPLATE_TEST_CASE(
     "programmatic launches of the fp32 and tf32 decode matmuls, after LayerNorms and the "
     "attention that let them start early, give the plain launches' bits",
-    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody) {
+    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody,
+    PlainInAWhileBody) {
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     CAPTURE(precision == DecodePrecision::kTf32);
     for (const int B : kBatches) check_launches_agree<TestType>(Fp32Chain{precision}, B);
@@ -400,7 +422,8 @@ TEMPLATE_TEST_CASE(
 TEMPLATE_TEST_CASE(
     "programmatic launches of the bf16 decode matmuls, after LayerNorms and the attention "
     "that let them start early, give the plain launches' bits",
-    "[kernels][decode_matmul][bf16][pdl]", InAStream, InACapturedGraph, InAWhileBody) {
+    "[kernels][decode_matmul][bf16][pdl]", InAStream, InACapturedGraph, InAWhileBody,
+    PlainInAWhileBody) {
   for (const int B : kBatches) check_launches_agree<TestType>(Bf16Chain{}, B);
 }
 

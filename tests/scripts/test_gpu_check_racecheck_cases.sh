@@ -11,7 +11,7 @@
 # is not exactly one, and otherwise answers clean, except for three cases chosen here: one
 # that crashes, one that hangs past the limit, one with hazards. Checked: every case ran
 # once, by its own name; the summary counts the others clean and names those three; with
-# LADDER_SANITIZE_KERNELS=0 nothing runs.
+# LADDER_SANITIZE_KERNELS=0 nothing runs; a case tagged [cupti] is never racechecked.
 set -euo pipefail
 preset=${1:?usage: test_gpu_check_racecheck_cases.sh PRESET}
 repository=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,5 +71,15 @@ run_sanitize LADDER_SANITIZE_KERNELS=0
 [ -z "$line" ] && [ ! -s "$work/ran.txt" ] ||
   fail "LADDER_SANITIZE_KERNELS=0 ran $(wc -l < "$work/ran.txt") cases: $line"
 
-[ $failures -eq 0 ] && echo "passed: ${#cases[@]} cases racechecked one at a time, 3 failures named"
+# [cupti] cases read what CUPTI traced, which it cannot beside a sanitizer: never racechecked.
+mapfile -t graph_cases < <("$gpu_tests" --list-test-names-only "[graphs] ~[cupti]" | grep -v '^$')
+# (listing exits with the number of cases it lists)
+cupti_case=$({ "$gpu_tests" --list-test-names-only "[graphs][cupti]" || true; } | grep -v '^$' | head -1)
+[ -n "$cupti_case" ] && [ ${#graph_cases[@]} -ge 1 ] ||
+  fail "gpu_tests lists no [graphs][cupti] case or no other [graphs] case"
+run_sanitize "LADDER_SANITIZE_TAGS=[graphs]"
+[ "$(sort "$work/ran.txt")" = "$(printf '%s\n' "${graph_cases[@]}" | sort)" ] ||
+  fail "LADDER_SANITIZE_TAGS=[graphs] did not run exactly the [graphs] cases but '$cupti_case'"
+
+[ $failures -eq 0 ] && echo "passed: ${#cases[@]} cases racechecked one at a time, 3 failures named; [cupti] left out"
 exit $((failures > 0))
