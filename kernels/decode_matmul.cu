@@ -51,7 +51,12 @@ using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>
 
 /// The FFMA path's work split for row tile kRows: a thread owns kThreadRows rows x 4
 /// columns; a warp 2 x 16 lanes, so 2 kThreadRows rows x all 64 columns; the 8 warps
-/// are kRowGroups groups of rows times kKGroups groups of the chunk's rows.
+/// are kRowGroups groups of rows times kKGroups groups of the chunk's rows. The two
+/// half-warps take alternate rows of the warp's (even and odd): each x load is one
+/// address per half-warp, and rows one apart (kXStride = 36 floats) start 4 banks apart,
+/// so the two addresses never share a bank. With whole blocks of kThreadRows rows per
+/// half the two would start 8 x 36 = 288 floats apart, a multiple of the 32 banks: a
+/// two-way conflict on every x load.
 template <int kRows>
 struct FmaTiling {
   static constexpr int kThreadRows = kRows >= 16 ? 8 : 4;
@@ -301,8 +306,8 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 //         columns of tile blockIdx.y; then the tail (splits, epilogue).
 // Shapes: see DecodeMatmulArguments; kRows >= B.
 // Grid:   (S, T) blocks of 256 threads. Warp w: row group w % kRowGroups, k-group
-//         w / kRowGroups; lane l: rows (l / 16) kThreadRows + [0, kThreadRows) of the
-//         warp's rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
+//         w / kRowGroups; lane l: rows l / 16 + 2 r (r < kThreadRows) of the warp's
+//         rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
 //         thread loads 4 float4 of W and one float4 of x per row (a broadcast: all 16
 //         lanes of a half-warp read the same address) for 16 FFMA per row.
 // Promises: LDGSTS.E.BYPASS.128 ACQBULK PREEXIT
@@ -318,7 +323,8 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int row_group = warp % Tiling::kRowGroups;
   const int k_group = warp / Tiling::kRowGroups;
-  const int first_row = row_group * Tiling::kWarpRows + (lane / 16) * kThreadRows;
+  // This thread's rows: first_row + 2 r (FmaTiling: the half-warps alternate rows).
+  const int first_row = row_group * Tiling::kWarpRows + lane / 16;
   const int column = 4 * (lane % 16);
 
   float sums[kThreadRows][4] = {};
@@ -335,7 +341,8 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
             weights[i] = *reinterpret_cast<const float4*>(w + (k + i) * kWeightStride + column);
 #pragma unroll
           for (int r = 0; r < kThreadRows; ++r) {
-            const float4 xv = *reinterpret_cast<const float4*>(xs + (first_row + r) * kXStride + k);
+            const float4 xv =
+                *reinterpret_cast<const float4*>(xs + (first_row + 2 * r) * kXStride + k);
             const float x_k[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -352,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   float* group_tile = shared + k_group * kRows * kTileStride;
 #pragma unroll
   for (int r = 0; r < kThreadRows; ++r)
-    *reinterpret_cast<float4*>(group_tile + (first_row + r) * kTileStride + column) =
+    *reinterpret_cast<float4*>(group_tile + (first_row + 2 * r) * kTileStride + column) =
         make_float4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
   finish_tile<kRows>(a, tile, split, shared, Tiling::kKGroups);
 }
