@@ -16,8 +16,9 @@
 // wait), on the chapters' own graphs of GPT-2 small (random weights, N = 100), and the
 // same step graph's launch with the GPU idle, to tell the graph's cost from the moment's
 // (the launch inside the loop happens while the step before runs). A third
-// reads the GPU's own gaps inside chapter 08's WHILE node, which CUPTI does not trace:
-// one-thread kernels in the loop's body write the global timer (LoopStamps).
+// reads the GPU's own gaps between steps - between chapter 07's step graphs, and inside
+// chapter 08's WHILE node, which CUPTI does not trace: one-thread kernels at a decode
+// step's start and end write the global timer (LoopStamps).
 //
 // Run:  build/current/bench/host_overhead [--batch B]
 #include <cuda_runtime.h>
@@ -274,6 +275,64 @@ class Generation {
   const TypedBuffer<DecodePosition> cursor_;
 };
 
+// ---------------------------------------------------------------- the GPU's gap between steps
+//
+// CUPTI does not follow the kernels of a WHILE node's body (docs/performance_notes.md), so
+// chapter 08's idle time between steps is read here from the GPU's own clock: one-thread
+// kernels inside the loop's body write %globaltimer (nanoseconds, the same clock on every
+// multiprocessor) as the body starts and twice as it ends. The two stamps at the end are
+// one kernel boundary apart, so they measure what any boundary between two dependent
+// kernels of the graph costs (with a stamp kernel's own run); the end of one step's last
+// stamp to the next step's first is the same plus whatever the WHILE node adds between
+// two passes of its body. Chapter 07's decode steps carry the same three stamps (before
+// the copy of the finished flag), so its gap between steps - the flag's copy, the event
+// from one stream to the other, the next step's graph starting - is read the same way.
+
+/// Writes the global timer at times[*count] and counts (one thread: <<<1, 1>>>).
+__global__ void stamp_kernel(unsigned long long* times, unsigned int* count,
+                             unsigned int capacity) {
+  unsigned long long now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const unsigned int index = *count;
+  if (index < capacity) times[index] = now;
+  *count = index + 1;
+}
+
+/// Three series of global-timer stamps on the device, one per stamp point of the body.
+struct LoopStamps {
+  static constexpr int kSeries = 3;  ///< the body's start, its end, one boundary after it
+  LoopStamps(DeviceAllocator& allocator, int capacity, cudaStream_t stream)
+      : capacity(capacity),
+        times(allocator, static_cast<std::size_t>(kSeries) * capacity, stream),
+        counts(allocator, kSeries, stream) {}
+  void stamp(int series, cudaStream_t stream) const {
+    stamp_kernel<<<1, 1, 0, stream>>>(times + static_cast<std::size_t>(series) * capacity,
+                                      counts + series, static_cast<unsigned int>(capacity));
+    CUDA_CHECK_LAUNCH(stream);
+  }
+  void reset(cudaStream_t stream) const {
+    CUDA_CHECK(cudaMemsetAsync(counts, 0, counts.bytes(), stream));
+  }
+  /// Each series' stamps, in nanoseconds, as many as were written (at most capacity).
+  std::array<std::vector<unsigned long long>, kSeries> download(cudaStream_t stream) const {
+    std::array<unsigned int, kSeries> written{};
+    CUDA_CHECK(
+        cudaMemcpyAsync(written.data(), counts, counts.bytes(), cudaMemcpyDeviceToHost, stream));
+    std::vector<unsigned long long> all(static_cast<std::size_t>(kSeries) * capacity);
+    CUDA_CHECK(cudaMemcpyAsync(all.data(), times, times.bytes(), cudaMemcpyDeviceToHost, stream));
+    synchronize_stage(stream, "the loop's stamps");
+    std::array<std::vector<unsigned long long>, kSeries> series;
+    for (int s = 0; s < kSeries; ++s) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
+      series[s].assign(first, first + std::min<unsigned int>(written[s], capacity));
+    }
+    return series;
+  }
+  const int capacity;
+  const TypedBuffer<unsigned long long> times;
+  const TypedBuffer<unsigned int> counts;
+};
+
 /// What each of chapter 07's two streams owns (its StepStream): step i runs on stream i % 2.
 struct PingPongStream {
   explicit PingPongStream(DeviceAllocator& allocator)
@@ -297,9 +356,12 @@ struct StepTimes {
 /// behind step i - 1's event (step 0 the plain prefill; a decode step one graph launch,
 /// captured the first time on each stream), then the wait for step i - 1 and its flag
 /// in pinned memory, stopping when it is set. Each replayed step's host times go to
-/// `times` (null: a warm-up generation).
+/// `times` (null: a warm-up generation). With `stamps`, each decode step also writes the
+/// global timer as it starts and, twice, before its flag's copy (for print_step_gaps only:
+/// the streams' graphs must then be captured with them).
 void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>& streams,
-                          const GraphKey& frozen, LogitsRecorder& logits, StepTimes* times) {
+                          const GraphKey& frozen, LogitsRecorder& logits, StepTimes* times,
+                          const LoopStamps* stamps = nullptr) {
   const int B = generation.batch();
   const int V = generation.vocab_size();
   generation.rewind(streams[0].context.stream());
@@ -316,9 +378,15 @@ void chapter07_generation(Generation& generation, std::array<PingPongStream, 2>&
       const cudaStream_t step_stream = current.context.stream();
       if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(step_stream, previous.step_done.get(), 0));
       const auto enqueue_step = [&] {
+        const bool stamped = stamps != nullptr && step > 0;
+        if (stamped) stamps->stamp(0, step_stream);  // the decode step starts
         const float* step_logits = step == 0 ? generation.prefill(current.context)
                                              : generation.decode_step(current.context);
         generation.argmax(step_logits, step_stream);
+        if (stamped) {
+          stamps->stamp(1, step_stream);  // the step's kernels are done
+          stamps->stamp(2, step_stream);  // one kernel boundary later
+        }
         CUDA_CHECK(cudaMemcpyAsync(current.all_finished.get(), generation.all_finished(),
                                    sizeof(std::int32_t), cudaMemcpyDeviceToHost, step_stream));
       };
@@ -396,67 +464,11 @@ struct GenerationTimes {
   std::vector<double> steps;   ///< steps each generation ran
 };
 
-// ---------------------------------------------------------------- the GPU's gap between steps
-//
-// CUPTI does not follow the kernels of a WHILE node's body (docs/performance_notes.md), so
-// chapter 08's idle time between steps is read here from the GPU's own clock: one-thread
-// kernels inside the loop's body write %globaltimer (nanoseconds, the same clock on every
-// multiprocessor) as the body starts and twice as it ends. The two stamps at the end are
-// one kernel boundary apart, so they measure what any boundary between two dependent
-// kernels of the graph costs (with a stamp kernel's own run); the end of one step's last
-// stamp to the next step's first is the same plus whatever the WHILE node adds between
-// two passes of its body.
-
-/// Writes the global timer at times[*count] and counts (one thread: <<<1, 1>>>).
-__global__ void stamp_kernel(unsigned long long* times, unsigned int* count,
-                             unsigned int capacity) {
-  unsigned long long now = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  const unsigned int index = *count;
-  if (index < capacity) times[index] = now;
-  *count = index + 1;
-}
-
-/// Three series of global-timer stamps on the device, one per stamp point of the body.
-struct LoopStamps {
-  static constexpr int kSeries = 3;  ///< the body's start, its end, one boundary after it
-  LoopStamps(DeviceAllocator& allocator, int capacity, cudaStream_t stream)
-      : capacity(capacity),
-        times(allocator, static_cast<std::size_t>(kSeries) * capacity, stream),
-        counts(allocator, kSeries, stream) {}
-  void stamp(int series, cudaStream_t stream) const {
-    stamp_kernel<<<1, 1, 0, stream>>>(times + static_cast<std::size_t>(series) * capacity,
-                                      counts + series, static_cast<unsigned int>(capacity));
-    CUDA_CHECK_LAUNCH(stream);
-  }
-  void reset(cudaStream_t stream) const {
-    CUDA_CHECK(cudaMemsetAsync(counts, 0, counts.bytes(), stream));
-  }
-  /// Each series' stamps, in nanoseconds, as many as were written (at most capacity).
-  std::array<std::vector<unsigned long long>, kSeries> download(cudaStream_t stream) const {
-    std::array<unsigned int, kSeries> written{};
-    CUDA_CHECK(
-        cudaMemcpyAsync(written.data(), counts, counts.bytes(), cudaMemcpyDeviceToHost, stream));
-    std::vector<unsigned long long> all(static_cast<std::size_t>(kSeries) * capacity);
-    CUDA_CHECK(cudaMemcpyAsync(all.data(), times, times.bytes(), cudaMemcpyDeviceToHost, stream));
-    synchronize_stage(stream, "the loop's stamps");
-    std::array<std::vector<unsigned long long>, kSeries> series;
-    for (int s = 0; s < kSeries; ++s) {
-      const auto first = all.begin() + static_cast<std::ptrdiff_t>(s) * capacity;
-      series[s].assign(first, first + std::min<unsigned int>(written[s], capacity));
-    }
-    return series;
-  }
-  const int capacity;
-  const TypedBuffer<unsigned long long> times;
-  const TypedBuffer<unsigned int> counts;
-};
-
 /// Chapter 08's generation graph, as its generate() captures it the first time: two plain
 /// steps (cuBLASLt's plans, every kernel loaded), the state they changed put back, then the
 /// prefill and its argmax followed by a WHILE node whose body is a decode step and its
 /// argmax, the argmax setting the loop's condition. With `stamps`, the body also writes
-/// the global timer as it starts and, twice, as it ends (for print_loop_gaps only).
+/// the global timer as it starts and, twice, as it ends (for print_step_gaps only).
 CudaGraphExec capture_chapter08_generation(Generation& generation, StepContext& step,
                                            const LoopStamps* stamps = nullptr) {
   const cudaStream_t stream = step.stream();
@@ -515,43 +527,77 @@ double median_over(const std::vector<double>& values, double divisor) {
   return summarize(values).median / divisor;
 }
 
-/// Prints the third table: the GPU's gaps inside chapter 08's WHILE node, from a
-/// generation graph whose body stamps the global timer (LoopStamps).
-void print_loop_gaps(Generation& generation, StepContext& step, DeviceAllocator& allocator) {
-  const cudaStream_t stream = step.stream();
-  const LoopStamps stamps(allocator, kNewTokens, stream);
-  const CudaGraphExec stamped = capture_chapter08_generation(generation, step, &stamps);
-  std::vector<double> boundary, between_steps;  // microseconds, every step of every generation
-  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run) {
-    generation.rewind(stream);
-    stamps.reset(stream);
-    stamped.launch(stream);
-    const auto [starts, ends, afters] = stamps.download(stream);
-    if (run < kWarmupGenerations) continue;
+/// Microseconds from the stamps of consecutive steps (LoopStamps' three series): within a
+/// step, its end to one kernel boundary later; between steps, that to the next step's start.
+struct StepGaps {
+  std::vector<double> boundary;
+  std::vector<double> between_steps;
+  void add(const std::array<std::vector<unsigned long long>, LoopStamps::kSeries>& series) {
+    const auto& [starts, ends, afters] = series;
     for (std::size_t i = 0; i < afters.size() && i < ends.size(); ++i) {
       boundary.push_back(static_cast<double>(afters[i] - ends[i]) * 1e-3);
       if (i + 1 < starts.size())
         between_steps.push_back(static_cast<double>(starts[i + 1] - afters[i]) * 1e-3);
     }
   }
-  if (boundary.empty() || between_steps.empty())
-    throw std::runtime_error("chapter 08's stamped loop ran fewer than two passes of its body");
+};
+
+/// Prints the third table: the GPU's gaps between steps, from chapter 07's decode steps
+/// and from chapter 08's WHILE body, each stamping the global timer (LoopStamps).
+void print_step_gaps(Generation& generation, StepContext& step, DeviceAllocator& allocator,
+                     const GraphKey& frozen) {
+  // Chapter 07: its own two streams, whose step graphs are captured with the stamps.
+  std::array<PingPongStream, 2> streams{{PingPongStream(allocator), PingPongStream(allocator)}};
+  const cudaStream_t first_stream = streams[0].context.stream();
+  const LoopStamps stamps07(allocator, kNewTokens, first_stream);
+  LogitsRecorder logits;  // disabled
+  StepGaps chapter07;
+  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run) {
+    stamps07.reset(first_stream);  // before step 0, which every later step waits for
+    chapter07_generation(generation, streams, frozen, logits, nullptr, &stamps07);
+    const auto series = stamps07.download(first_stream);  // after the last step's wait
+    if (run >= kWarmupGenerations) chapter07.add(series);
+  }
+
+  // Chapter 08: the generation graph with a stamped body.
+  const cudaStream_t stream = step.stream();
+  const LoopStamps stamps08(allocator, kNewTokens, stream);
+  const CudaGraphExec stamped = capture_chapter08_generation(generation, step, &stamps08);
+  StepGaps chapter08;
+  for (int run = 0; run < kWarmupGenerations + kTimedGenerations; ++run) {
+    generation.rewind(stream);
+    stamps08.reset(stream);
+    stamped.launch(stream);
+    const auto series = stamps08.download(stream);
+    if (run >= kWarmupGenerations) chapter08.add(series);
+  }
+  for (const StepGaps* gaps : {&chapter07, &chapter08})
+    if (gaps->boundary.empty() || gaps->between_steps.empty())
+      throw std::runtime_error("a stamped generation ran fewer than two decode steps");
+
   const auto row = [](const char* what, const std::vector<double>& values) {
     const Summary summary = summarize(values);
     std::printf("| %s | %.2f | %.2f | %.2f |\n", what, summary.mean, summary.median, summary.min);
   };
   std::printf(
-      "\nThe GPU's gaps inside chapter 08's WHILE node (global timer written by one-thread "
-      "kernels in the loop's body; %zu steps of %d generations; a stamp kernel's own run is in "
-      "both rows):\n\n| from one stamp to the next | mean us | median us | min us |\n"
-      "|---|--:|--:|--:|\n",
-      between_steps.size(), kTimedGenerations);
-  row("two kernels of one step's body: one kernel boundary", boundary);
-  row("the end of one step's body to the start of the next: the loop's boundary", between_steps);
+      "\nThe GPU's gaps between steps (global timer written by one-thread kernels at a decode "
+      "step's start and twice at its end; chapter 07 %zu, chapter 08 %zu steps of %d "
+      "generations; a stamp kernel's own run is in every row):\n\n"
+      "| from one stamp to the next | mean us | median us | min us |\n|---|--:|--:|--:|\n",
+      chapter07.between_steps.size(), chapter08.between_steps.size(), kTimedGenerations);
+  row("chapter 07, two kernels of one step's graph: one kernel boundary", chapter07.boundary);
+  row("chapter 07, the end of one step to the start of the next: the flag's copy, the event, "
+      "the next graph",
+      chapter07.between_steps);
+  row("chapter 08, two kernels of one step's body: one kernel boundary", chapter08.boundary);
+  row("chapter 08, the end of one step's body to the start of the next: the loop's boundary",
+      chapter08.between_steps);
   std::printf(
-      "\n(The loop adds %.2f us a step over a kernel boundary: the mean of the second row "
-      "less the first's. The gap between steps is at most the second row.)\n",
-      summarize(between_steps).mean - summarize(boundary).mean);
+      "\n(Over a kernel boundary, chapter 07's steps add %.2f us a step and chapter 08's loop "
+      "%.2f us: the mean of each chapter's second row less its first's. The gap between steps "
+      "is at most the second row.)\n",
+      summarize(chapter07.between_steps).mean - summarize(chapter07.boundary).mean,
+      summarize(chapter08.between_steps).mean - summarize(chapter08.boundary).mean);
 }
 
 /// Prints the second table: chapter 07's loop per step, chapter 08's per generation.
@@ -615,7 +661,7 @@ void print_chapter_loops(int B) {
       "\n(Steps run: chapter 07 %d, chapter 08 %.0f of N = %d. Chapter 08's whole launch: "
       "%.2f us, once per generation.)\n",
       chapter07.steps, steps08, kNewTokens, summarize(chapter08.launch).median);
-  print_loop_gaps(generation, step, *allocator);
+  print_step_gaps(generation, step, *allocator, frozen);
 }
 
 int run(int argc, char** argv) {
