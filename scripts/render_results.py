@@ -905,9 +905,8 @@ def render_unmeasured_chapters(root: pathlib.Path, measured: set, results_name: 
         if readme.parent.name in measured:
             continue
         text = readme.read_text()
-        beside = BESIDE_BEGIN.search(text)
         blocks = ([(CHAPTER_BEGIN, CHAPTER_END)] if has_markers(text, CHAPTER_BEGIN) else []) + \
-                 ([(beside.group(1), BESIDE_END)] if beside else [])
+                 [(beside.group(1), BESIDE_END) for beside in BESIDE_BEGIN.finditer(text)]
         for begin, end in blocks:
             if writer.replace_between(readme, begin, end, unmeasured_block(results_name)):
                 if readme not in written:
@@ -1003,13 +1002,15 @@ def main(argv) -> int:
                     chapter_readme, CHAPTER_BEGIN, CHAPTER_END,
                     chapter_block(run, report, ladder, layout, results_name)):
                 written.append(chapter_readme)
-            beside = BESIDE_BEGIN.search(chapter_readme.read_text())
-            if beside and writer.replace_between(
-                    chapter_readme, beside.group(1), BESIDE_END,
-                    beside_previous_block(run, report, ladder, layout, results_name,
-                                          [name.strip() for name in beside.group(2).split("|")])):
-                if chapter_readme not in written:
-                    written.append(chapter_readme)
+            # Every beside-previous block of the page (a page may hold several, each with its
+            # own columns; the begin lines differ, so each is found by its own).
+            for beside in list(BESIDE_BEGIN.finditer(chapter_readme.read_text())):
+                if writer.replace_between(
+                        chapter_readme, beside.group(1), BESIDE_END,
+                        beside_previous_block(run, report, ladder, layout, results_name,
+                                              [name.strip() for name in beside.group(2).split("|")])):
+                    if chapter_readme not in written:
+                        written.append(chapter_readme)
             if has_markers(chapter_readme.read_text(), STEP_TIME_BEGIN):
                 group = ladder_group(ladder, report)
                 index = group.index(report)
