@@ -24,6 +24,9 @@
 #   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
 #             then the CPU test of the bf16 reference against it
 #   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
+#   product   Nsight Compute's full sections on one decode matmul: chapter 09's layer-0 c_fc
+#             (its third decode_matmul_fp32 launch), at each B of LADDER_NCU_BATCHES ("32
+#             64"): ncu_product/c_fc.bB.txt (results/experiments/c_fc_ncu/README.md reads it)
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -62,7 +65,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants kernels || wants hf || wants serving || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants ladder; then
+if wants test || wants kernels || wants hf || wants serving || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants product || wants ladder; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -285,6 +288,22 @@ if wants ladder || wants pytorch; then
       note "pytorch: FAILED (logs/pytorch.log)"; tail -20 "$out/logs/pytorch.log"
     fi
   fi
+fi
+
+if wants product; then
+  mkdir -p "$out/ncu_product"
+  for batch in ${LADDER_NCU_BATCHES:-32 64}; do
+    file=$out/ncu_product/c_fc.b$batch.txt
+    # The one-token prompt's prefill runs the decode step's shapes: launch 3 is layer 0's c_fc.
+    # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls).
+    if ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip 2 \
+           --launch-count 1 "$build/chapters/09_decode_matmuls" --batch "$batch" --new-tokens 2 --runs 1 \
+           --warmup 0 --quiet > "$file" 2>&1; then
+      note "product: ncu of c_fc at B = $batch ($(grep -m1 -o 'decode_matmul_fp32_kernel<[0-9]*, [a-z]*>' "$file"))"
+    else
+      note "product: ncu at B = $batch FAILED (ncu_product/$(basename "$file"))"; tail -5 "$file"
+    fi
+  done
 fi
 
 if wants profile; then
