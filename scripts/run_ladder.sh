@@ -16,7 +16,8 @@
 # 4. Runs scripts/pytorch_baseline.py into RESULTS_DIR when torch and transformers import
 #    (otherwise one line says why the PyTorch rows are skipped).
 # 5. Runs scripts/render_results.py: RESULTS_DIR/summary.md, docs/images/results_*.png, and
-#    the tables between the markers of README.md, docs/results.md and chapter READMEs.
+#    the tables between the markers of README.md, docs/results.md and chapter READMEs;
+#    into results/latest, scripts/render_computed_tables.py too (the pages' computed tables).
 # 6. Prints the summary last.
 #
 # RESULTS_DIR defaults to results/latest. Options:
@@ -245,6 +246,11 @@ rm -rf "$previous"
 render_flags=()
 [ $quick = 1 ] && render_flags+=(--no-docs)
 python3 scripts/render_results.py "$out" "${render_flags[@]}"
+# The pages' computed tables quote results/latest's bandwidth and floors: a new run there
+# brings them along.
+if [ $quick = 0 ] && [ "$out" -ef results/latest ]; then
+  python3 scripts/render_computed_tables.py
+fi
 echo
 echo "==== summary ($out/summary.md; the job took $(elapsed))"
 cat "$out/summary.md"
