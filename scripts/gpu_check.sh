@@ -99,7 +99,10 @@ if wants golden_bf16; then
 fi
 
 if wants test; then
-  ctest --test-dir "$build" --output-on-failure -j 1 > "$out/logs/ctest.log" 2>&1
+  # LADDER_CTEST_JOBS=4 runs tests side by side on the one GPU (the allocator tests, which
+  # read the driver's free memory, still alone: tests/CMakeLists.txt); 1 by default.
+  ctest --test-dir "$build" --output-on-failure -j "${LADDER_CTEST_JOBS:-1}" \
+    > "$out/logs/ctest.log" 2>&1
   note "tests: $(grep -E 'tests passed|tests failed' "$out/logs/ctest.log" | tail -1)"
   grep -E '\*\*\*Failed|Not Run|\*\*\*Skipped|Exception' "$out/logs/ctest.log" | head -20
 fi
