@@ -4,7 +4,7 @@
 // (decode_matmul_common.cuh) that sums the warps and the splits and applies the epilogue.
 //
 // Shared memory of a block (floats):
-//   pipeline  kStages stages, each  W chunk [32][72] (64 columns + 8 of padding)
+//   pipeline  stages_for(R) stages, W chunk [32][72] (64 columns + 8 of padding)
 //                                   x chunk [R][36]  (32 columns + 4 of padding)
 //   tail      (reuses the pipeline) one [R][68] tile per k-group of warps; their sum
 //             ends in the first, which the epilogue reads.
@@ -34,7 +34,6 @@ using decode_common::store_mma_sums;
 
 constexpr int kThreads = decode_common::kThreads;  // 256
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kStages = 4;
 constexpr int kTileColumns = kDecodeTileColumns;  // 64
 constexpr int kChunkRows = kDecodeChunkRows;      // 32
 constexpr int kWeightStride = kTileColumns + 8;   // floats between two W rows in shared memory
@@ -77,6 +76,14 @@ __host__ __device__ constexpr int stage_floats(int rows) {
   return kChunkRows * kWeightStride + rows * kXStride;
 }
 
+/// Shared-memory stages of the pipeline for row tile `rows`: a block has up to stages - 1
+/// chunks in flight, 8 KiB of weight each. A block of a small row tile does little
+/// arithmetic per chunk, so its two blocks a multiprocessor stream only as fast as the
+/// bytes they keep in flight cover the memory's latency under load. Up to 16 rows a stage
+/// is small (10-12 KiB), so 8 stages fit twice in a multiprocessor (up to 92 KiB a block);
+/// from 32 rows the tiles are larger and a block has more arithmetic per chunk: 4.
+__host__ __device__ constexpr int stages_for(int rows) { return rows <= 16 ? 8 : 4; }
+
 __host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) {
   return precision == DecodePrecision::kTf32 ? kTf32KGroups
                                              : kWarps / (rows / (2 * (rows >= 16 ? 8 : 4)));
@@ -84,7 +91,7 @@ __host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) 
 
 /// Dynamic shared memory of a block: the pipeline, or the tail's tiles if larger.
 __host__ __device__ constexpr int shared_bytes(int rows, DecodePrecision precision) {
-  const int pipeline = kStages * stage_floats(rows);
+  const int pipeline = stages_for(rows) * stage_floats(rows);
   const int tail = k_groups(rows, precision) * rows * kTileStride;
   return static_cast<int>(sizeof(float)) * (pipeline > tail ? pipeline : tail);
 }
@@ -231,11 +238,11 @@ class XCopies {
 // ---------------------------------------------------------------- the pipeline
 
 /// Chunks of the weight a programmatic dependent launch prefetches into L2 before its
-/// wait, past the kStages - 1 it copies into shared memory (8 KiB each).
+/// wait, past the stages - 1 it copies into shared memory (8 KiB each).
 constexpr int kL2PrefetchChunks = 4;
 
 /// Streams chunks first_chunk .. first_chunk + chunk_count - 1 of column tile `tile`
-/// through kStages shared-memory stages and calls compute(w, x) on each, w the chunk
+/// through stages_for(kRows) shared-memory stages and calls compute(w, x) on each, w the chunk
 /// [32][kWeightStride] and x the rows of x for the same 32 k [kRows][kXStride] (zeros
 /// past B and past K). Returns when every copy has landed and every thread is done
 /// with shared memory. The first stages' weight is requested before
@@ -245,6 +252,7 @@ template <int kRows, bool kXVector, typename Compute>
 __device__ __forceinline__ void stream_chunks(const DecodeMatmulArguments& a, int tile,
                                               int first_chunk, int chunk_count, float* shared,
                                               const Compute& compute) {
+  constexpr int kStages = stages_for(kRows);
   constexpr int kChunkFloats = kChunkRows * kTileColumns;  // 32 rows x 64 columns, contiguous
   const float* first_weight = a.weight +
                               static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns +

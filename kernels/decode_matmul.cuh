@@ -31,12 +31,13 @@
 //
 // Grid: blocks (s, t) for s < S, t < T, 256 threads. Block (s, t) streams its range of
 // rows of column tile t - one contiguous run of the packed weight - through shared
-// memory in chunks of 32 rows (8 KiB), four stages deep with cp.async, the matching
-// 32 columns of x [B, 32] beside each chunk; its 8 warps split the chunk's rows among
-// them and multiply-add (fp32: FFMA; tf32: mma.sync m16n8k8 on the tensor cores).
-// Bytes in flight: three chunks ahead per block, 24 KiB, and two blocks per
-// multiprocessor, 48 KiB; Little's law asks ~4.3 TB/s x ~700 ns = ~3 MB over the chip,
-// ~23 KiB per multiprocessor.
+// memory in chunks of 32 rows (8 KiB), four stages deep with cp.async (eight for row
+// tiles of up to 16 rows), the matching 32 columns of x [B, 32] beside each chunk; its 8
+// warps split the chunk's rows among them and multiply-add (fp32: FFMA; tf32: mma.sync
+// m16n8k8 on the tensor cores). Bytes in flight: three chunks ahead per block (seven up
+// to 16 rows), 24 KiB (56), and two blocks per multiprocessor, 48 KiB (112); Little's law
+// asks ~4.3 TB/s x ~700 ns = ~3 MB over the chip, ~23 KiB per multiprocessor at the
+// memory's idle latency, more as the latency grows under load.
 // Sums, in a fixed order (bit-identical repeat runs, no float atomics): each warp over
 // its rows in order; the warps of a block in warp order; with S > 1 the splits in split
 // order: every block writes its partial tile to the workspace and bumps the tile's
