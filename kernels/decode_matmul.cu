@@ -96,6 +96,27 @@ __host__ __device__ constexpr int shared_bytes(int rows, DecodePrecision precisi
   return static_cast<int>(sizeof(float)) * (pipeline > tail ? pipeline : tail);
 }
 
+// Every block must launch on each GPU the release preset builds for: sm_86 and sm_89 give
+// a block at most 99 KiB of shared memory. Two blocks must fit one of sm_90's 228 KiB (the
+// plan counts two a multiprocessor). Each with 2 KiB for the static shared memory and the
+// 1 KiB the driver reserves per block.
+constexpr int kSmallestBlockShared = 99 * 1024;
+constexpr int kSm90MultiprocessorShared = 228 * 1024;
+constexpr int kSharedBesidesDynamic = 3 * 1024;
+constexpr bool fits_everywhere(int rows, DecodePrecision precision) {
+  return shared_bytes(rows, precision) + kSharedBesidesDynamic <= kSmallestBlockShared &&
+         kTargetBlocksPerMultiprocessor * (shared_bytes(rows, precision) + kSharedBesidesDynamic) <=
+             kSm90MultiprocessorShared;
+}
+static_assert(fits_everywhere(8, DecodePrecision::kFp32) &&
+                  fits_everywhere(16, DecodePrecision::kFp32) &&
+                  fits_everywhere(32, DecodePrecision::kFp32) &&
+                  fits_everywhere(64, DecodePrecision::kFp32) &&
+                  fits_everywhere(16, DecodePrecision::kTf32) &&
+                  fits_everywhere(32, DecodePrecision::kTf32) &&
+                  fits_everywhere(64, DecodePrecision::kTf32),
+              "a row tile's shared memory no longer fits every GPU the release preset builds for");
+
 int row_tile_for(int B, DecodePrecision precision) {
   if (B <= 8 && precision == DecodePrecision::kFp32) return 8;
   if (B <= 16) return 16;

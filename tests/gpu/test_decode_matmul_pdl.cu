@@ -411,8 +411,7 @@ constexpr int kBatches[] = {1, 7, 32, 64};
 TEMPLATE_TEST_CASE(
     "programmatic launches of the fp32 and tf32 decode matmuls, after LayerNorms and the "
     "attention that let them start early, give the plain launches' bits",
-    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody,
-    PlainInAWhileBody) {
+    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody, PlainInAWhileBody) {
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     CAPTURE(precision == DecodePrecision::kTf32);
     for (const int B : kBatches) check_launches_agree<TestType>(Fp32Chain{precision}, B);
