@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# scripts/ab_kernel.sh - one kernel change against the tree as it is, on one GPU, in one call.
+#
+#   bash scripts/ab_kernel.sh PATCH [PATCH ...]
+#
+# Variant a is the working tree as it is; variant b applies the first PATCH (git diff
+# format, paths from the repository root), c the second, and so on. Each variant is a copy
+# of the tree (no build/, no results/) built with the native preset, tests off, targets
+# decode_matmul (bench/) and chapter 09 only. Then LADDER_AB_ROUNDS rounds (default 2),
+# each running every variant in turn, a before b before c:
+#   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product)
+#   09_decode_matmuls           --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
+#                               (default "1 32"), with --json
+# so a difference between variants is read within one machine and one round, and the
+# rounds say how far one process differs from the next. Everything lands in
+# $OUT/ab.tar.gz (or ./ab_out); a short summary is printed last: per variant and round the
+# bench's "sum over the 49 products" at each B, the LM head at B = 1, and chapter 09's
+# ms a step and token hash.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=${OUT:-$root/ab_out}
+[ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
+for patch in "$@"; do
+  [ -f "$patch" ] || { echo "ab_kernel.sh: no patch file $patch" >&2; exit 2; }
+done
+rounds=${LADDER_AB_ROUNDS:-2}
+batches=${LADDER_AB_BATCHES:-1 32}
+work=$(mktemp -d)
+mkdir -p "$out/ab"
+
+extra=()
+if ls .deps/*.deb >/dev/null 2>&1; then
+  for deb in .deps/*.deb; do dpkg -x "$deb" "$work/deps"; done
+  extra+=("-DCMAKE_PREFIX_PATH=$work/deps/usr")
+fi
+
+names=(a)
+patches=("")
+letter=b
+for patch in "$@"; do
+  names+=("$letter"); patches+=("$(realpath "$patch")")
+  letter=$(echo "$letter" | tr 'a-y' 'b-z')
+done
+
+for i in "${!names[@]}"; do
+  v=${names[$i]}
+  src=$work/$v
+  mkdir -p "$src"
+  tar -C "$root" --exclude=./build --exclude=./results --exclude=./.git -cf - . | tar -C "$src" -xf -
+  if [ -n "${patches[$i]}" ]; then
+    if ! (cd "$src" && patch -p1 --quiet < "${patches[$i]}"); then
+      echo "ab_kernel.sh: variant $v: ${patches[$i]} does not apply" >&2; exit 1
+    fi
+    cp "${patches[$i]}" "$out/ab/$v.patch"
+  fi
+  start=$(date +%s)
+  if (cd "$src" && cmake --preset native -DLADDER_BUILD_TESTS=OFF "${extra[@]}" &&
+      cmake --build --preset native -j "$(nproc)" --target decode_matmul 09_decode_matmuls) \
+      > "$out/ab/$v.build.log" 2>&1; then
+    echo "== variant $v: built in $(( $(date +%s) - start )) s ${patches[$i]:+(${patches[$i]##*/})}"
+  else
+    echo "== variant $v: build FAILED"; tail -30 "$out/ab/$v.build.log"; exit 1
+  fi
+done
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/ab/nvidia-smi.txt" 2>&1
+for round in $(seq 1 "$rounds"); do
+  for v in "${names[@]}"; do
+    bin=$work/$v/build/native
+    timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1 ||
+      echo "== variant $v round $round: decode_matmul FAILED"
+    for b in $batches; do
+      timeout 300 "$bin/chapters/09_decode_matmuls" --batch "$b" --new-tokens 100 --runs 5 \
+        --json "$out/ab/$v.r$round.09.b$b.json" > "$out/ab/$v.r$round.09.b$b.txt" 2>&1 ||
+        echo "== variant $v round $round: chapter 09 at B = $b FAILED"
+    done
+  done
+done
+
+python3 - "$out/ab" "$rounds" "$batches" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
+import json, re, sys
+from pathlib import Path
+folder, rounds, batches, names = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
+print("variant round | products summed (fp32 us) at B = 1, 8, 32, 64 | LM head B = 1 | "
+      + " | ".join(f"09 B = {b} ms/step (hash)" for b in batches))
+for r in range(1, rounds + 1):
+    for v in names:
+        text = (folder / f"{v}.r{r}.decode_matmul.txt").read_text(errors="replace")
+        sums = re.findall(r"^\| step: sum over the 49 products \| \| [\d.]+ \| ([\d.]+)", text, re.M)
+        head = re.search(r"^\| LM head[^|]*\|[^|]*\|[^|]*\| ([\d.]+)", text, re.M)
+        cells = []
+        for b in batches:
+            path = folder / f"{v}.r{r}.09.b{b}.json"
+            if path.exists():
+                c = json.loads(path.read_text())["configurations"][0]
+                cells.append(f"{c['ms_per_step']:.4f} ({c['token_hash']})")
+            else:
+                cells.append("FAILED")
+        print(f"{v} {r} | {' '.join(sums) or 'FAILED'} | {head.group(1) if head else '-'} | "
+              + " | ".join(cells))
+EOF
+tar -czf "$out/ab.tar.gz" -C "$out" ab && rm -rf "$out/ab" "$work"
