@@ -15,14 +15,22 @@
 # rounds say how far one process differs from the next. Everything lands in
 # $OUT/ab.tar.gz (or ./ab_out); a short summary is printed last: per variant and round the
 # bench's "sum over the 49 products" at each B, the LM head at B = 1, and chapter 09's
-# ms a step and token hash.
+# ms a step and token hash. Exits 2 on a missing patch, 1 on one that does not apply (before
+# anything is built), on a failed build, or when any run failed (named in the output).
 set -uo pipefail
+[ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
+given=()
+for patch in "$@"; do
+  [ -f "$patch" ] || { echo "ab_kernel.sh: no patch file $patch" >&2; exit 2; }
+  given+=("$(realpath "$patch")")
+done
 cd "$(dirname "$0")/.."
 root=$(pwd)
 out=${OUT:-$root/ab_out}
-[ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
-for patch in "$@"; do
-  [ -f "$patch" ] || { echo "ab_kernel.sh: no patch file $patch" >&2; exit 2; }
+for patch in "${given[@]}"; do
+  # every patch must apply to the tree as it is before anything is built
+  patch -p1 --dry-run --quiet --force < "$patch" > /dev/null 2>&1 ||
+    { echo "ab_kernel.sh: $patch does not apply to this tree" >&2; exit 1; }
 done
 rounds=${LADDER_AB_ROUNDS:-2}
 batches=${LADDER_AB_BATCHES:-1 32}
@@ -38,8 +46,8 @@ fi
 names=(a)
 patches=("")
 letter=b
-for patch in "$@"; do
-  names+=("$letter"); patches+=("$(realpath "$patch")")
+for patch in "${given[@]}"; do
+  names+=("$letter"); patches+=("$patch")
   letter=$(echo "$letter" | tr 'a-y' 'b-z')
 done
 
@@ -49,9 +57,8 @@ for i in "${!names[@]}"; do
   mkdir -p "$src"
   tar -C "$root" --exclude=./build --exclude=./results --exclude=./.git -cf - . | tar -C "$src" -xf -
   if [ -n "${patches[$i]}" ]; then
-    if ! (cd "$src" && patch -p1 --quiet < "${patches[$i]}"); then
-      echo "ab_kernel.sh: variant $v: ${patches[$i]} does not apply" >&2; exit 1
-    fi
+    (cd "$src" && patch -p1 --quiet --force < "${patches[$i]}") > /dev/null ||
+      { echo "ab_kernel.sh: variant $v: ${patches[$i]} does not apply" >&2; exit 1; }
     cp "${patches[$i]}" "$out/ab/$v.patch"
   fi
   start=$(date +%s)
@@ -64,16 +71,19 @@ for i in "${!names[@]}"; do
   fi
 done
 
+failed=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$out/ab/nvidia-smi.txt" 2>&1
 for round in $(seq 1 "$rounds"); do
   for v in "${names[@]}"; do
     bin=$work/$v/build/native
-    timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1 ||
-      echo "== variant $v round $round: decode_matmul FAILED"
+    if ! timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1; then
+      echo "== variant $v round $round: decode_matmul FAILED"; failed=1
+    fi
     for b in $batches; do
-      timeout 300 "$bin/chapters/09_decode_matmuls" --batch "$b" --new-tokens 100 --runs 5 \
-        --json "$out/ab/$v.r$round.09.b$b.json" > "$out/ab/$v.r$round.09.b$b.txt" 2>&1 ||
-        echo "== variant $v round $round: chapter 09 at B = $b FAILED"
+      if ! timeout 300 "$bin/chapters/09_decode_matmuls" --batch "$b" --new-tokens 100 --runs 5 \
+          --json "$out/ab/$v.r$round.09.b$b.json" > "$out/ab/$v.r$round.09.b$b.txt" 2>&1; then
+        echo "== variant $v round $round: chapter 09 at B = $b FAILED"; failed=1
+      fi
     done
   done
 done
@@ -86,18 +96,20 @@ print("variant round | products summed (fp32 us) at B = 1, 8, 32, 64 | LM head B
       + " | ".join(f"09 B = {b} ms/step (hash)" for b in batches))
 for r in range(1, rounds + 1):
     for v in names:
-        text = (folder / f"{v}.r{r}.decode_matmul.txt").read_text(errors="replace")
+        bench = folder / f"{v}.r{r}.decode_matmul.txt"
+        text = bench.read_text(errors="replace") if bench.exists() else ""
         sums = re.findall(r"^\| step: sum over the 49 products \| \| [\d.]+ \| ([\d.]+)", text, re.M)
         head = re.search(r"^\| LM head[^|]*\|[^|]*\|[^|]*\| ([\d.]+)", text, re.M)
         cells = []
         for b in batches:
             path = folder / f"{v}.r{r}.09.b{b}.json"
-            if path.exists():
+            try:
                 c = json.loads(path.read_text())["configurations"][0]
                 cells.append(f"{c['ms_per_step']:.4f} ({c['token_hash']})")
-            else:
+            except (OSError, ValueError, KeyError, IndexError):
                 cells.append("FAILED")
         print(f"{v} {r} | {' '.join(sums) or 'FAILED'} | {head.group(1) if head else '-'} | "
               + " | ".join(cells))
 EOF
 tar -czf "$out/ab.tar.gz" -C "$out" ab && rm -rf "$out/ab" "$work"
+exit "$failed"

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# tests/scripts/test_ab_kernel.sh - scripts/ab_kernel.sh builds each variant from its own
+# copy of the tree, runs them in turn, reads its summary from their outputs, and refuses
+# bad patches before it builds anything.
+#
+#   bash tests/scripts/test_ab_kernel.sh
+#
+# Runs on any machine, with stand-ins for nvidia-smi and cmake. The stand-in cmake "builds"
+# two programs into the copy's build/native: a decode_matmul that prints the bench's rows
+# with a sum read from the copy's kernels/decode_matmul.cu (so a patch that changes that
+# file changes the figure), and a 09_decode_matmuls that writes --json with the batch in its
+# time. Checked: a missing patch exits 2 and a patch that does not apply exits 1, neither
+# having built anything; two variants give the summary's rows a 1, b 1, a 2, b 2 in that
+# order, each with its own figure; a program that fails is named and the script exits 1.
+set -euo pipefail
+repository=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/bin"
+failures=0
+fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+
+printf '#!/bin/sh\necho "name, driver_version"; echo "stand-in GPU, 0"\n' > "$work/bin/nvidia-smi"
+cat > "$work/bin/cmake" << 'EOF'
+#!/usr/bin/env bash
+# configure: record it; --build: write the two programs into ./build/native
+echo "$PWD $*" >> "$CMAKE_CALLS"
+[ "$1" = --build ] || exit 0
+mkdir -p build/native/bench build/native/chapters
+sum=$(grep -c 'stages_for' kernels/decode_matmul.cu)
+cat > build/native/bench/decode_matmul << BENCH
+#!/bin/sh
+[ -n "\${AB_FAIL_BENCH:-}" ] && exit 3
+for b in 1 8 32 64; do
+  echo "| LM head   768 x 50257 (+ argmax pass) | 1 x 786 | 36.7 | 5\$b.0 (2963) | 1 | 1 | 1 |"
+  echo "| step: sum over the 49 products | | 117.6 | $sum\$b.5 | 1 | 1 | 1 |"
+done
+BENCH
+cat > build/native/chapters/09_decode_matmuls << 'CHAPTER'
+#!/usr/bin/env python3
+import json, sys
+a = sys.argv
+batch, out = int(a[a.index("--batch") + 1]), a[a.index("--json") + 1]
+json.dump({"configurations": [{"ms_per_step": batch / 1000, "token_hash": "feedc0de"}]}, open(out, "w"))
+CHAPTER
+chmod +x build/native/bench/decode_matmul build/native/chapters/09_decode_matmuls
+EOF
+chmod +x "$work/bin/nvidia-smi" "$work/bin/cmake"
+export PATH=$work/bin:$PATH CMAKE_CALLS=$work/cmake_calls
+
+# a patch that adds one stages_for line (so variant b's bench prints a larger sum), and
+# one whose context is not in the tree
+cat > "$work/adds_a_line.patch" << 'EOF'
+--- a/kernels/decode_matmul.cu
++++ b/kernels/decode_matmul.cu
+@@ -1,1 +1,2 @@
++// stages_for: a line the stand-in bench counts
+EOF
+sed -n 1p "$repository/kernels/decode_matmul.cu" | sed 's/^/ /' >> "$work/adds_a_line.patch"
+cat > "$work/stale.patch" << 'EOF'
+--- a/kernels/decode_matmul.cu
++++ b/kernels/decode_matmul.cu
+@@ -1,1 +1,1 @@
+-a line that is not in the file
++its replacement
+EOF
+
+run() { OUT=$work/out.$1 bash "$repository/scripts/ab_kernel.sh" "${@:2}" > "$work/log.$1" 2>&1; }
+
+: > "$CMAKE_CALLS"
+set +e
+run missing "$work/no_such.patch"; code=$?
+set -e
+[ "$code" -eq 2 ] || fail "a missing patch: exit $code, expected 2"
+grep -q "no patch file .*no_such.patch" "$work/log.missing" || fail "a missing patch is not named"
+set +e
+run stale "$work/adds_a_line.patch" "$work/stale.patch"; code=$?
+set -e
+[ "$code" -eq 1 ] || fail "a patch that does not apply: exit $code, expected 1"
+grep -q "stale.patch does not apply" "$work/log.stale" || fail "the stale patch is not named"
+[ ! -s "$CMAKE_CALLS" ] || fail "cmake ran before the patches were checked: $(cat "$CMAKE_CALLS")"
+
+run good "$work/adds_a_line.patch" || fail "two good variants: exit $? ($(tail -3 "$work/log.good"))"
+[ "$(grep -c -- '--build' "$CMAKE_CALLS")" -eq 2 ] || fail "not one build per variant"
+[ "$(cut -d' ' -f1 "$CMAKE_CALLS" | sort -u | wc -l)" -eq 2 ] || fail "the variants share a tree"
+git -C "$repository" diff --quiet -- kernels/decode_matmul.cu ||
+  fail "the patch touched the repository's own tree"
+base=$(grep -c 'stages_for' "$repository/kernels/decode_matmul.cu")
+rows=$(grep -E '^[ab] [12] \|' "$work/log.good" | cut -c1-3 | tr '\n' ',')
+[ "$rows" = "a 1,b 1,a 2,b 2," ] || fail "summary rows '$rows', expected a 1, b 1, a 2, b 2"
+grep -qE "^a 1 \| ${base}1\.5 ${base}8\.5 ${base}32\.5 ${base}64\.5 \| 51\.0 \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\)$" \
+  "$work/log.good" || fail "variant a's row: $(grep '^a 1' "$work/log.good")"
+grep -qE "^b 2 \| $((base + 1))1\.5 " "$work/log.good" ||
+  fail "variant b's row does not read its patched tree: $(grep '^b 2' "$work/log.good")"
+tar -tzf "$work/out.good/ab.tar.gz" | grep -q 'ab/b.patch' || fail "the patch is not kept with the outputs"
+
+set +e
+AB_FAIL_BENCH=1 run broken "$work/adds_a_line.patch"; code=$?
+set -e
+[ "$code" -eq 1 ] || fail "a failing bench: exit $code, expected 1"
+grep -q "variant a round 1: decode_matmul FAILED" "$work/log.broken" || fail "the failed run is not named"
+grep -qE '^a 1 \| FAILED \| - \| 0\.0010' "$work/log.broken" ||
+  fail "the summary hides the failed bench: $(grep '^a 1' "$work/log.broken")"
+
+[ "$failures" -eq 0 ] && echo "ab_kernel.sh: refuses bad patches, builds and runs each variant apart, reads the summary"
+exit "$failures"
