@@ -24,9 +24,10 @@
 #   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
 #             then the CPU test of the bf16 reference against it
 #   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
-#   product   Nsight Compute's full sections on one decode matmul: chapter 09's layer-0 c_fc
-#             (its third decode_matmul_fp32 launch), at each B of LADDER_NCU_BATCHES ("32
-#             64"): ncu_product/c_fc.bB.txt (results/experiments/c_fc_ncu/README.md reads it)
+#   product   Nsight Compute's full sections on one decode matmul of chapter 09: layer 0's
+#             c_fc (its third decode_matmul_fp32 launch), or the LM head with
+#             LADDER_NCU_PRODUCT=lm_head, at each B of LADDER_NCU_BATCHES ("32 64"):
+#             ncu_product/PRODUCT.bB.txt (results/experiments/c_fc_ncu/README.md reads c_fc's)
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -295,16 +296,24 @@ fi
 
 if wants product; then
   mkdir -p "$out/ncu_product"
+  # The one-token prompt's prefill runs the decode step's shapes, the products in model order:
+  # per layer c_attn, c_proj, c_fc, mlp proj (launches 4 l .. 4 l + 3), then the LM head (48).
+  product=${LADDER_NCU_PRODUCT:-c_fc}
+  case $product in
+    c_fc) skip=2 ;;
+    lm_head) skip=48 ;;
+    *) skip= ; note "product: LADDER_NCU_PRODUCT=$product is not c_fc or lm_head: nothing profiled" ;;
+  esac
   for batch in ${LADDER_NCU_BATCHES:-32 64}; do
-    file=$out/ncu_product/c_fc.b$batch.txt
-    # The one-token prompt's prefill runs the decode step's shapes: launch 3 is layer 0's c_fc.
+    [ -n "$skip" ] || break
+    file=$out/ncu_product/$product.b$batch.txt
     # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls).
-    if ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip 2 \
+    if ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip "$skip" \
            --launch-count 1 "$build/chapters/09_decode_matmuls" --batch "$batch" --new-tokens 2 --runs 1 \
            --warmup 0 --quiet > "$file" 2>&1; then
-      note "product: ncu of c_fc at B = $batch ($(grep -m1 -o 'decode_matmul_fp32_kernel<[0-9]*, [a-z]*>' "$file"))"
+      note "product: ncu of $product at B = $batch ($(grep -m1 -oE 'decode_matmul_fp32_kernel<[0-9]+, [a-z0-9]+>\(.*\) \([0-9, ]+\)' "$file" | sed 's/(DecodeMatmulArguments[^)]*) / grid /'))"
     else
-      note "product: ncu at B = $batch FAILED (ncu_product/$(basename "$file"))"; tail -5 "$file"
+      note "product: ncu of $product at B = $batch FAILED (ncu_product/$(basename "$file"))"; tail -5 "$file"
     fi
   done
 fi
