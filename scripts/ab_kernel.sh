@@ -6,16 +6,17 @@
 # Variant a is the working tree as it is; variant b applies the first PATCH (git diff
 # format, paths from the repository root), c the second, and so on. Each variant is a copy
 # of the tree (no build/, no results/) built with the native preset, tests off, targets
-# decode_matmul (bench/) and chapter 09 only. Then LADDER_AB_ROUNDS rounds (default 2),
-# each running every variant in turn, a before b before c:
+# decode_matmul (bench/) and the chapters of LADDER_AB_CHAPTERS (default
+# "09_decode_matmuls") only. Then LADDER_AB_ROUNDS rounds (default 2), each running every
+# variant in turn, a before b before c:
 #   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product)
-#   09_decode_matmuls           --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
+#   each chapter                --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
 #                               (default "1 32"), with --json
 # so a difference between variants is read within one machine and one round, and the
 # rounds say how far one process differs from the next. Everything lands in
 # $OUT/ab.tar.gz (or ./ab_out); a short summary is printed last: per variant and round the
-# bench's "sum over the 49 products" at each B, the LM head at B = 1, and chapter 09's
-# ms a step and token hash. Exits 2 on a missing patch, 1 on one that does not apply (before
+# bench's "sum over the 49 products" at each B, the LM head at B = 1, and each chapter's
+# ms a step and token hash at each B. Exits 2 on a missing patch, 1 on one that does not apply (before
 # anything is built), on a failed build, or when any run failed (named in the output).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
@@ -34,6 +35,10 @@ for patch in "${given[@]}"; do
 done
 rounds=${LADDER_AB_ROUNDS:-2}
 batches=${LADDER_AB_BATCHES:-1 32}
+read -ra chapters <<< "${LADDER_AB_CHAPTERS:-09_decode_matmuls}"
+for chapter in "${chapters[@]}"; do
+  [ -d "chapters/$chapter" ] || { echo "ab_kernel.sh: no chapter $chapter (LADDER_AB_CHAPTERS)" >&2; exit 2; }
+done
 work=$(mktemp -d)
 mkdir -p "$out/ab"
 
@@ -63,7 +68,7 @@ for i in "${!names[@]}"; do
   fi
   start=$(date +%s)
   if (cd "$src" && cmake --preset native -DLADDER_BUILD_TESTS=OFF "${extra[@]}" &&
-      cmake --build --preset native -j "$(nproc)" --target decode_matmul 09_decode_matmuls) \
+      cmake --build --preset native -j "$(nproc)" --target decode_matmul "${chapters[@]}") \
       > "$out/ab/$v.build.log" 2>&1; then
     echo "== variant $v: built in $(( $(date +%s) - start )) s ${patches[$i]:+(${patches[$i]##*/})}"
   else
@@ -79,21 +84,26 @@ for round in $(seq 1 "$rounds"); do
     if ! timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1; then
       echo "== variant $v round $round: decode_matmul FAILED"; failed=1
     fi
-    for b in $batches; do
-      if ! timeout 300 "$bin/chapters/09_decode_matmuls" --batch "$b" --new-tokens 100 --runs 5 \
-          --json "$out/ab/$v.r$round.09.b$b.json" > "$out/ab/$v.r$round.09.b$b.txt" 2>&1; then
-        echo "== variant $v round $round: chapter 09 at B = $b FAILED"; failed=1
-      fi
+    for chapter in "${chapters[@]}"; do
+      for b in $batches; do
+        run=$out/ab/$v.r$round.${chapter%%_*}.b$b
+        if ! timeout 300 "$bin/chapters/$chapter" --batch "$b" --new-tokens 100 --runs 5 \
+            --json "$run.json" > "$run.txt" 2>&1; then
+          echo "== variant $v round $round: $chapter at B = $b FAILED"; failed=1
+        fi
+      done
     done
   done
 done
 
-python3 - "$out/ab" "$rounds" "$batches" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
+python3 - "$out/ab" "$rounds" "$batches" "${chapters[*]}" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
 import json, re, sys
 from pathlib import Path
-folder, rounds, batches, names = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
+folder, rounds, batches = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+numbers, names = [c.split("_")[0] for c in sys.argv[4].split()], sys.argv[5:]
+runs = [(n, b) for n in numbers for b in batches]
 print("variant round | products summed (fp32 us) at B = 1, 8, 32, 64 | LM head B = 1 | "
-      + " | ".join(f"09 B = {b} ms/step (hash)" for b in batches))
+      + " | ".join(f"{n} B = {b} ms/step (hash)" for n, b in runs))
 for r in range(1, rounds + 1):
     for v in names:
         bench = folder / f"{v}.r{r}.decode_matmul.txt"
@@ -101,8 +111,8 @@ for r in range(1, rounds + 1):
         sums = re.findall(r"^\| step: sum over the 49 products \| \| [\d.]+ \| ([\d.]+)", text, re.M)
         head = re.search(r"^\| LM head[^|]*\|[^|]*\|[^|]*\| ([\d.]+)", text, re.M)
         cells = []
-        for b in batches:
-            path = folder / f"{v}.r{r}.09.b{b}.json"
+        for n, b in runs:
+            path = folder / f"{v}.r{r}.{n}.b{b}.json"
             try:
                 c = json.loads(path.read_text())["configurations"][0]
                 cells.append(f"{c['ms_per_step']:.4f} ({c['token_hash']})")

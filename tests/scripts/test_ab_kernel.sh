@@ -9,9 +9,10 @@
 # two programs into the copy's build/native: a decode_matmul that prints the bench's rows
 # with a sum read from the copy's kernels/decode_matmul.cu (so a patch that changes that
 # file changes the figure), and a 09_decode_matmuls that writes --json with the batch in its
-# time. Checked: a missing patch exits 2 and a patch that does not apply exits 1, neither
-# having built anything; two variants give the summary's rows a 1, b 1, a 2, b 2 in that
-# order, each with its own figure; a program that fails is named and the script exits 1.
+# time. Checked: a missing patch or chapter exits 2 and a patch that does not apply exits 1,
+# none having built anything; two variants give the summary's rows a 1, b 1, a 2, b 2 in
+# that order, each with its own figure; two chapters give each its columns; a program that
+# fails is named and the script exits 1.
 set -euo pipefail
 repository=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
@@ -36,14 +37,22 @@ for b in 1 8 32 64; do
   echo "| step: sum over the 49 products | | 117.6 | $sum\$b.5 | 1 | 1 | 1 |"
 done
 BENCH
-cat > build/native/chapters/09_decode_matmuls << 'CHAPTER'
+chmod +x build/native/bench/decode_matmul
+seen=0  # ... --target decode_matmul CHAPTER [CHAPTER ...]: a program for every chapter
+for target in "$@"; do
+  [ "$seen" = 2 ] && {
+    cat > "build/native/chapters/$target" << 'CHAPTER'
 #!/usr/bin/env python3
 import json, sys
 a = sys.argv
 batch, out = int(a[a.index("--batch") + 1]), a[a.index("--json") + 1]
 json.dump({"configurations": [{"ms_per_step": batch / 1000, "token_hash": "feedc0de"}]}, open(out, "w"))
 CHAPTER
-chmod +x build/native/bench/decode_matmul build/native/chapters/09_decode_matmuls
+    chmod +x "build/native/chapters/$target"; }
+  [ "$target" = --target ] && seen=1
+  [ "$seen" = 1 ] && [ "$target" = decode_matmul ] && seen=2
+done
+exit 0
 EOF
 chmod +x "$work/bin/nvidia-smi" "$work/bin/cmake"
 export PATH=$work/bin:$PATH CMAKE_CALLS=$work/cmake_calls
@@ -94,6 +103,18 @@ grep -qE "^b 2 \| $((base + 1))1\.5 " "$work/log.good" ||
   fail "variant b's row does not read its patched tree: $(grep '^b 2' "$work/log.good")"
 tar -tzf "$work/out.good/ab.tar.gz" > "$work/listing"
 grep -q 'ab/b.patch' "$work/listing" || fail "the patch is not kept with the outputs"
+
+LADDER_AB_CHAPTERS="09_decode_matmuls 10_mixed_precision" LADDER_AB_ROUNDS=1 run two "$work/adds_a_line.patch" ||
+  fail "two chapters: exit $? ($(tail -3 "$work/log.two"))"
+grep -q '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 10 B = 1 ms/step (hash) | 10 B = 32 ms/step (hash)$' \
+  "$work/log.two" || fail "two chapters: the summary's header: $(grep '^variant' "$work/log.two")"
+grep -qE '^b 1 \| .* \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\)$' \
+  "$work/log.two" || fail "two chapters: variant b's row: $(grep '^b 1' "$work/log.two")"
+set +e
+LADDER_AB_CHAPTERS=12_no_such_chapter run nochapter "$work/adds_a_line.patch"; code=$?
+set -e
+[ "$code" -eq 2 ] || fail "an unknown chapter: exit $code, expected 2"
+grep -q "no chapter 12_no_such_chapter" "$work/log.nochapter" || fail "the unknown chapter is not named"
 
 set +e
 AB_FAIL_BENCH=1 run broken "$work/adds_a_line.patch"; code=$?
