@@ -284,7 +284,8 @@ class Generation {
 // one kernel boundary apart, so they measure what any boundary between two dependent
 // kernels of the graph costs (with a stamp kernel's own run); the end of one step's last
 // stamp to the next step's first is the same plus whatever the WHILE node adds between
-// two passes of its body. Chapter 07's decode steps carry the same three stamps (before
+// two passes of its body; the first stamp to the second is the step's own kernels, which
+// says whether they run slower inside the body than in chapter 07's step graph. Chapter 07's decode steps carry the same three stamps (before
 // the copy of the finished flag), so its gap between steps - the flag's copy, the event
 // from one stream to the other, the next step's graph starting - is read the same way.
 
@@ -527,14 +528,17 @@ double median_over(const std::vector<double>& values, double divisor) {
   return summarize(values).median / divisor;
 }
 
-/// Microseconds from the stamps of consecutive steps (LoopStamps' three series): within a
-/// step, its end to one kernel boundary later; between steps, that to the next step's start.
+/// Microseconds from the stamps of consecutive steps (LoopStamps' three series): a step's
+/// kernels, from its start to its end; within a step, its end to one kernel boundary later;
+/// between steps, that to the next step's start.
 struct StepGaps {
+  std::vector<double> kernels;
   std::vector<double> boundary;
   std::vector<double> between_steps;
   void add(const std::array<std::vector<unsigned long long>, LoopStamps::kSeries>& series) {
     const auto& [starts, ends, afters] = series;
     for (std::size_t i = 0; i < afters.size() && i < ends.size(); ++i) {
+      if (i < starts.size()) kernels.push_back(static_cast<double>(ends[i] - starts[i]) * 1e-3);
       boundary.push_back(static_cast<double>(afters[i] - ends[i]) * 1e-3);
       if (i + 1 < starts.size())
         between_steps.push_back(static_cast<double>(starts[i + 1] - afters[i]) * 1e-3);
@@ -585,10 +589,12 @@ void print_step_gaps(Generation& generation, StepContext& step, DeviceAllocator&
       "generations; a stamp kernel's own run is in every row):\n\n"
       "| from one stamp to the next | mean us | median us | min us |\n|---|--:|--:|--:|\n",
       chapter07.between_steps.size(), chapter08.between_steps.size(), kTimedGenerations);
+  row("chapter 07, one step's kernels: its start to its end", chapter07.kernels);
   row("chapter 07, two kernels of one step's graph: one kernel boundary", chapter07.boundary);
   row("chapter 07, the end of one step to the start of the next: the flag's copy, the event, "
       "the next graph",
       chapter07.between_steps);
+  row("chapter 08, one step's kernels in the body: its start to its end", chapter08.kernels);
   row("chapter 08, two kernels of one step's body: one kernel boundary", chapter08.boundary);
   row("chapter 08, the end of one step's body to the start of the next: the loop's boundary",
       chapter08.between_steps);
@@ -598,6 +604,15 @@ void print_step_gaps(Generation& generation, StepContext& step, DeviceAllocator&
       "is at most the second row.)\n",
       summarize(chapter07.between_steps).mean - summarize(chapter07.boundary).mean,
       summarize(chapter08.between_steps).mean - summarize(chapter08.boundary).mean);
+  std::printf(
+      "(A step's kernels take %.2f us longer inside chapter 08's WHILE body than in chapter "
+      "07's step graph (medians), and a whole step, the three rows' medians summed, %.2f us "
+      "longer.)\n",
+      summarize(chapter08.kernels).median - summarize(chapter07.kernels).median,
+      summarize(chapter08.kernels).median + summarize(chapter08.boundary).median +
+          summarize(chapter08.between_steps).median -
+          (summarize(chapter07.kernels).median + summarize(chapter07.boundary).median +
+           summarize(chapter07.between_steps).median));
 }
 
 /// Prints the second table: chapter 07's loop per step, chapter 08's per generation.
