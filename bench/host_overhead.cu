@@ -285,9 +285,10 @@ class Generation {
 // kernels of the graph costs (with a stamp kernel's own run); the end of one step's last
 // stamp to the next step's first is the same plus whatever the WHILE node adds between
 // two passes of its body; the first stamp to the second is the step's own kernels, which
-// says whether they run slower inside the body than in chapter 07's step graph. Chapter 07's decode steps carry the same three stamps (before
-// the copy of the finished flag), so its gap between steps - the flag's copy, the event
-// from one stream to the other, the next step's graph starting - is read the same way.
+// says whether they run slower inside the body than in chapter 07's step graph. Chapter
+// 07's decode steps carry the same three stamps (before the copy of the finished flag), so
+// its gap between steps - the flag's copy, the event from one stream to the other, the
+// next step's graph starting - is read the same way.
 
 /// Writes the global timer at times[*count] and counts (one thread: <<<1, 1>>>).
 __global__ void stamp_kernel(unsigned long long* times, unsigned int* count,
