@@ -20,6 +20,7 @@
 # anything is built), on a failed build, or when any run failed (named in the output).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
+command -v patch > /dev/null || { echo "ab_kernel.sh: needs GNU patch (apt-get install patch)" >&2; exit 2; }
 given=()
 for patch in "$@"; do
   [ -f "$patch" ] || { echo "ab_kernel.sh: no patch file $patch" >&2; exit 2; }
