@@ -25,6 +25,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -605,15 +606,22 @@ void print_step_gaps(Generation& generation, StepContext& step, DeviceAllocator&
       "is at most the second row.)\n",
       summarize(chapter07.between_steps).mean - summarize(chapter07.boundary).mean,
       summarize(chapter08.between_steps).mean - summarize(chapter08.boundary).mean);
-  std::printf(
-      "(A step's kernels take %.2f us longer inside chapter 08's WHILE body than in chapter "
-      "07's step graph (medians), and a whole step, the three rows' medians summed, %.2f us "
-      "longer.)\n",
-      summarize(chapter08.kernels).median - summarize(chapter07.kernels).median,
+  const double kernels_difference =
+      summarize(chapter08.kernels).median - summarize(chapter07.kernels).median;
+  const double step_difference =
       summarize(chapter08.kernels).median + summarize(chapter08.boundary).median +
-          summarize(chapter08.between_steps).median -
-          (summarize(chapter07.kernels).median + summarize(chapter07.boundary).median +
-           summarize(chapter07.between_steps).median));
+      summarize(chapter08.between_steps).median -
+      (summarize(chapter07.kernels).median + summarize(chapter07.boundary).median +
+       summarize(chapter07.between_steps).median);
+  const auto longer_or_shorter = [](double difference) {
+    return difference < 0 ? "shorter" : "longer";
+  };
+  std::printf(
+      "(A step's kernels take %.2f us %s inside chapter 08's WHILE body than in chapter "
+      "07's step graph (medians), and a whole step, the three rows' medians summed, %.2f us "
+      "%s.)\n",
+      std::fabs(kernels_difference), longer_or_shorter(kernels_difference),
+      std::fabs(step_difference), longer_or_shorter(step_difference));
 }
 
 /// Prints the second table: chapter 07's loop per step, chapter 08's per generation.

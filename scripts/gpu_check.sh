@@ -33,10 +33,12 @@
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
 #             (LADDER_PYTORCH_FLAGS, e.g. "--precision bf16 --variants static,compile")
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
+# LADDER_TIME_LIMIT=570 (seconds) keeps the whole call under a limit such as a device
+# tool's 600 s: each command gets what is left, and what finished is packed all the same.
 # If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
 # access), they are unpacked and used.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 out=${OUT:-$root/gpu_check_out}
 mkdir -p "$out/logs"
@@ -45,6 +47,26 @@ stages=("$@")
 summary=()
 note() { summary+=("[${SECONDS} s] $1"); echo "== [${SECONDS} s] $1"; }  # seconds since the start
 wants() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# LADDER_TIME_LIMIT=S (seconds from this script's start; unset: no limit): every long
+# command runs under `timeout` for what is left of S less LADDER_TIME_RESERVE (20 s), and
+# once nothing is left it does not start, so a call that a device's time limit would cut
+# still ends here and packs what finished (the archives below). A command cut or not
+# started exits 124, which its stage reports as a failure; the summary names the limit.
+limited() {
+  if [ -z "${LADDER_TIME_LIMIT:-}" ]; then "$@"; return; fi
+  local left=$(( LADDER_TIME_LIMIT - ${LADDER_TIME_RESERVE:-20} - SECONDS ))
+  if [ "$left" -le 0 ]; then
+    echo "gpu_check.sh: not started, LADDER_TIME_LIMIT=$LADDER_TIME_LIMIT s reached: $1" >&2
+    time_limit_reached=1
+    return 124
+  fi
+  local status=0
+  timeout -k 5 "$left" "$@" || status=$?
+  [ $status -eq 124 ] || [ $status -eq 137 ] && [ $(( LADDER_TIME_LIMIT - ${LADDER_TIME_RESERVE:-20} - SECONDS )) -le 0 ] &&
+    time_limit_reached=1
+  return $status
+}
+time_limit_reached=0
 
 if ls .deps/*.deb >/dev/null 2>&1; then
   mkdir -p /tmp/ladder-deps
@@ -58,7 +80,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 note "GPU: $(sed -n 2p "$out/logs/nvidia-smi.txt")"
 
 if wants golden; then
-  if PYTHONUNBUFFERED=1 python3 scripts/make_golden_model.py > "$out/logs/golden.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 limited python3 scripts/make_golden_model.py > "$out/logs/golden.log" 2>&1; then
     tar -czf "$out/golden_model.tar.gz" -C tests/data golden_model
     note "golden: regenerated ($(du -sh tests/data/golden_model | cut -f1))"
   else
@@ -71,7 +93,7 @@ if wants test || wants kernels || wants hf || wants serving || wants sanitize ||
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
   if cmake --preset "$LADDER_PRESET" "${extra[@]}" > "$out/logs/configure.log" 2>&1 &&
-     cmake --build --preset "$LADDER_PRESET" -j "$(nproc)" > "$out/logs/build.log" 2>&1; then
+     limited cmake --build --preset "$LADDER_PRESET" -j "$(nproc)" > "$out/logs/build.log" 2>&1; then
     note "build: ok in $(( $(date +%s) - start )) s"
   else
     note "build: FAILED"; tail -40 "$out/logs/configure.log" "$out/logs/build.log"
@@ -83,14 +105,14 @@ if wants kernels; then
   read -ra tags <<< "${LADDER_GPU_TAGS:-[kernels] [graphs] [decode_matmul] [bf16]}"
   for tag in "${tags[@]}"; do
     name=$(echo "$tag" | tr -d '[]')
-    timeout 300 "$build/tests/gpu_tests" "$tag" > "$out/logs/gpu_tests.$name.log" 2>&1
+    limited timeout 300 "$build/tests/gpu_tests" "$tag" > "$out/logs/gpu_tests.$name.log" 2>&1
     note "gpu_tests $tag: exit $?, $(grep -E '^(All tests passed|test cases:)' "$out/logs/gpu_tests.$name.log" | tail -1)"
     grep -B2 -A12 -E 'FAILED|REQUIRE.*failed|CHECK.*failed' "$out/logs/gpu_tests.$name.log" | head -60
   done
 fi
 
 if wants golden_bf16; then
-  if PYTHONUNBUFFERED=1 python3 scripts/make_golden_bf16.py > "$out/logs/golden_bf16.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 limited python3 scripts/make_golden_bf16.py > "$out/logs/golden_bf16.log" 2>&1; then
     tar -czf "$out/golden_model_bf16.tar.gz" -C tests/data golden_model_bf16
     "$build/tests/cpu_tests" "[golden_bf16]" > "$out/logs/golden_bf16_test.log" 2>&1
     note "golden bf16: made; the bf16 reference against it: exit $?, $(tail -2 "$out/logs/golden_bf16_test.log" | head -1)"
@@ -102,7 +124,7 @@ fi
 if wants test; then
   # LADDER_CTEST_JOBS=4 runs tests side by side on the one GPU (the allocator tests, which
   # read the driver's free memory, still alone: tests/CMakeLists.txt); 1 by default.
-  ctest --test-dir "$build" --output-on-failure -j "${LADDER_CTEST_JOBS:-1}" \
+  limited ctest --test-dir "$build" --output-on-failure -j "${LADDER_CTEST_JOBS:-1}" \
     > "$out/logs/ctest.log" 2>&1
   note "tests: $(grep -E 'tests passed|tests failed' "$out/logs/ctest.log" | tail -1)"
   grep -E '\*\*\*Failed|Not Run|\*\*\*Skipped|Exception' "$out/logs/ctest.log" | head -20
@@ -110,13 +132,13 @@ fi
 
 if wants hf; then
   hf_dir=/tmp/gpt2-small-random
-  if PYTHONUNBUFFERED=1 python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
+  if PYTHONUNBUFFERED=1 limited python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
     for chapter in "$build"/chapters/[0-9][0-9]_*; do
       name=$(basename "$chapter")
       # 11 serves a trace, not a batch of prompts: gpu_tests "[batching]" holds its tokens
       # to the reference's request by request.
       [ "$name" = 11_continuous_batching ] && continue
-      "$chapter" --weights "$hf_dir" --prompt-file "$hf_dir/prompts.txt" --batch 4 \
+      limited "$chapter" --weights "$hf_dir" --prompt-file "$hf_dir/prompts.txt" --batch 4 \
         --new-tokens 16 --runs 1 --warmup 0 --quiet --dump-tokens "$out/logs/$name.hf_tokens.txt" \
         --json "$out/logs/$name.hf.json" >> "$out/logs/hf.log" 2>&1
       precision=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1])).get('precision', 'fp32'))" \
@@ -147,7 +169,7 @@ if wants serving; then
   hf_dir=/tmp/gpt2-small-random
   if [ -f "$hf_dir/config.json" ] ||
      PYTHONUNBUFFERED=1 python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
-    python3 scripts/check_serving_trace.py --build "$build" --weights "$hf_dir" --rates 0,200 \
+    limited python3 scripts/check_serving_trace.py --build "$build" --weights "$hf_dir" --rates 0,200 \
       --out /tmp/serving_trace > "$out/logs/serving.log" 2>&1
     note "serving trace on GPT-2 small: exit $?, $(grep -c ' requests equal ' "$out/logs/serving.log") configurations compared"
     grep -E 'requests equal|first difference|not served|failed' "$out/logs/serving.log" | head -20
@@ -176,7 +198,7 @@ if wants sanitize; then
         new_tokens=1-40
         arguments=(--requests 12 --prompt-lengths 1-24 --output-limits 1-40 --slots 4 --eos 192)
       fi
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$chapter" \
+      limited compute-sanitizer --tool "$tool" --error-exitcode 9 "$chapter" \
         --weights tests/data/golden_model "${arguments[@]}" > "$out/logs/$name.$tool.log" 2>&1
       status=$?
       note "$tool $name (N = $new_tokens): exit $status, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$out/logs/$name.$tool.log" | tail -1)"
@@ -207,7 +229,7 @@ if wants sanitize; then
       # The name as a test spec: a comma, brackets, a backslash, quotes, ~ and * escaped.
       spec=$(printf '%s' "$case_name" | sed 's/[][\\,"~*]/\\&/g')
       # -k: a process that ignores the end of its time (a crash handler stuck) is killed.
-      timeout -k 10 "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 \
+      limited timeout -k 10 "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$build/tests/gpu_tests" --warn NoTests "$spec" > "$log" 2>&1
       status=$?
       if [ $status -eq 0 ] && grep -q '^All tests passed' "$log" &&
@@ -242,7 +264,7 @@ if wants bench; then
     bench_args=${LADDER_BENCH_ARGS:-}
     [ "$name" = 11_continuous_batching ] && bench_args=
     # shellcheck disable=SC2086  # bench_args is a list of flags
-    if "$chapter" --json "$out/results/$name.json" $bench_args > "$out/logs/$name.bench.log" 2>&1; then
+    if limited "$chapter" --json "$out/results/$name.json" $bench_args > "$out/logs/$name.bench.log" 2>&1; then
       note "bench $name: ok"
     else
       note "bench $name: FAILED"; tail -5 "$out/logs/$name.bench.log"
@@ -262,7 +284,7 @@ if wants micro; then
     [ "$name" = decode_matmul ] && batches=all  # one run sweeps B = 1, 8, 32, 64
     for batch in $batches; do
       flags=(--batch "$batch"); [ "$batch" = all ] && flags=()
-      if timeout 300 "$program" "${flags[@]}" > "$out/bench/$name.b$batch.txt" 2>&1; then
+      if limited timeout 300 "$program" "${flags[@]}" > "$out/bench/$name.b$batch.txt" 2>&1; then
         note "micro $name --batch $batch: ok"
       else
         note "micro $name --batch $batch: FAILED"
@@ -276,7 +298,7 @@ fi
 if wants ladder || wants pytorch; then
   mkdir -p "$out/ladder"
   if wants ladder; then
-    if bash scripts/run_ladder.sh "$out/ladder" --no-pytorch > "$out/logs/ladder.log" 2>&1; then
+    if limited bash scripts/run_ladder.sh "$out/ladder" --no-pytorch > "$out/logs/ladder.log" 2>&1; then
       note "ladder: every chapter measured ($(grep -c '^===' "$out/logs/ladder.log") runs)"
     else
       note "ladder: FAILED (logs/ladder.log)"; tail -20 "$out/logs/ladder.log"
@@ -284,7 +306,7 @@ if wants ladder || wants pytorch; then
   fi
   if wants pytorch; then
     # shellcheck disable=SC2086  # LADDER_PYTORCH_FLAGS is a list of flags
-    if python3 scripts/pytorch_baseline.py --out "$out/ladder" --new-tokens 100,200,400 \
+    if limited python3 scripts/pytorch_baseline.py --out "$out/ladder" --new-tokens 100,200,400 \
         --runs "${LADDER_PYTORCH_RUNS:-3}" --naive-runs "${LADDER_PYTORCH_RUNS:-3}" \
         ${LADDER_PYTORCH_FLAGS:-} > "$out/logs/pytorch.log" 2>&1; then
       note "pytorch: $(ls "$out"/ladder/pytorch_*.json 2>/dev/null | wc -l) variant files"
@@ -308,7 +330,7 @@ if wants product; then
     [ -n "$skip" ] || break
     file=$out/ncu_product/$product.b$batch.txt
     # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls).
-    if ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip "$skip" \
+    if limited ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip "$skip" \
            --launch-count 1 "$build/chapters/09_decode_matmuls" --batch "$batch" --new-tokens 2 --runs 1 \
            --warmup 0 --quiet > "$file" 2>&1; then
       note "product: ncu of $product at B = $batch ($(grep -m1 -oE 'decode_matmul_fp32_kernel<[0-9]+, [a-z0-9]+>\(.*\) \([0-9, ]+\)' "$file" | sed 's/(DecodeMatmulArguments[^)]*) / grid /'))"
@@ -321,7 +343,7 @@ fi
 if wants profile; then
   # kernels per step from this call's ladder run where there was one
   [ -d "$out/ladder" ] && export LADDER_PROFILE_RESULTS=${LADDER_PROFILE_RESULTS:-$out/ladder}
-  if bash scripts/profile_kernels.sh "$build" > "$out/logs/profile.log" 2>&1; then
+  if limited bash scripts/profile_kernels.sh "$build" > "$out/logs/profile.log" 2>&1; then
     note "profile: ncu on one step of every chapter (results/ncu)"
   else
     note "profile: FAILED for some chapter (logs/profile.log)"; grep -A16 FAILED "$out/logs/profile.log"
@@ -330,6 +352,8 @@ if wants profile; then
 fi
 [ -d "$out/ladder" ] && tar -czf "$out/ladder.tar.gz" -C "$out" ladder && rm -rf "$out/ladder"
 
+[ "$time_limit_reached" = 1 ] &&
+  note "LADDER_TIME_LIMIT=$LADDER_TIME_LIMIT s reached: the stages above that failed or are missing were cut or not started"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$out/logs"
 printf '%s\n' "${summary[@]}" > "$out/summary.txt"
 echo
