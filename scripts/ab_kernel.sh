@@ -16,7 +16,8 @@
 # rounds say how far one process differs from the next. Everything lands in
 # $OUT/ab.tar.gz (or ./ab_out); a short summary is printed last: per variant and round the
 # bench's "sum over the 49 products" at each B, the LM head at B = 1, and each chapter's
-# ms a step and token hash at each B. Exits 2 on a missing patch, 1 on one that does not apply (before
+# ms a step and token hash at each B; then the bench's fp32 chain of the step's 86
+# launches at each B, plain and programmatic (rows "chain VARIANT ROUND"). Exits 2 on a missing patch, 1 on one that does not apply (before
 # anything is built), on a failed build, or when any run failed (named in the output).
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: bash scripts/ab_kernel.sh PATCH [PATCH ...]" >&2; exit 2; }
@@ -121,6 +122,18 @@ for r in range(1, rounds + 1):
                 cells.append("FAILED")
         print(f"{v} {r} | {' '.join(sums) or 'FAILED'} | {head.group(1) if head else '-'} | "
               + " | ".join(cells))
+# The bench's chain of the step's 86 launches, fp32: what a product's change does between
+# the LayerNorms and the attention, plainly launched and as the chapters launch it.
+print("\nchain variant round | the step's chain, fp32 us per graph, plain / programmatic "
+      "(signal at start) at B = 1, 8, 32, 64")
+for r in range(1, rounds + 1):
+    for v in names:
+        bench = folder / f"{v}.r{r}.decode_matmul.txt"
+        text = bench.read_text(errors="replace") if bench.exists() else ""
+        chains = re.findall(r"^\| the step \(86 launches, 49 products\) \| fp32 \| ([\d.]+) \| "
+                            r"[\d.]+ \| ([\d.]+) \|", text, re.M)
+        print(f"chain {v} {r} | "
+              + (" | ".join(f"{plain} / {start}" for plain, start in chains) or "FAILED"))
 EOF
 tar -czf "$out/ab.tar.gz" -C "$out" ab && rm -rf "$out/ab" "$work"
 exit "$failed"

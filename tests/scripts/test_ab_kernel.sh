@@ -35,6 +35,8 @@ cat > build/native/bench/decode_matmul << BENCH
 for b in 1 8 32 64; do
   echo "| LM head   768 x 50257 (+ argmax pass) | 1 x 786 | 36.7 | 5\$b.0 (2963) | 1 | 1 | 1 |"
   echo "| step: sum over the 49 products | | 117.6 | $sum\$b.5 | 1 | 1 | 1 |"
+  echo "| the step (86 launches, 49 products) | fp32 | $sum\$b.1 | 9.9 | $sum\$b.3 | 0.1 | 0.1 |"
+  echo "| the step (86 launches, 49 products) | tf32 | 7.7 | 7.7 | 7.7 | 0.1 | 0.1 |"
 done
 BENCH
 chmod +x build/native/bench/decode_matmul
@@ -101,6 +103,10 @@ grep -qE "^a 1 \| ${base}1\.5 ${base}8\.5 ${base}32\.5 ${base}64\.5 \| 51\.0 \| 
   "$work/log.good" || fail "variant a's row: $(grep '^a 1' "$work/log.good")"
 grep -qE "^b 2 \| $((base + 1))1\.5 " "$work/log.good" ||
   fail "variant b's row does not read its patched tree: $(grep '^b 2' "$work/log.good")"
+grep -qxF "chain a 1 | ${base}1.1 / ${base}1.3 | ${base}8.1 / ${base}8.3 | ${base}32.1 / ${base}32.3 | ${base}64.1 / ${base}64.3" \
+  "$work/log.good" || fail "variant a's chain row: $(grep '^chain a 1' "$work/log.good")"
+grep -qE "^chain b 2 \| $((base + 1))1\.1 / " "$work/log.good" ||
+  fail "variant b's chain row does not read its patched tree: $(grep '^chain b 2' "$work/log.good")"
 tar -tzf "$work/out.good/ab.tar.gz" > "$work/listing"
 grep -q 'ab/b.patch' "$work/listing" || fail "the patch is not kept with the outputs"
 
@@ -123,6 +129,8 @@ set -e
 grep -q "variant a round 1: decode_matmul FAILED" "$work/log.broken" || fail "the failed run is not named"
 grep -qE '^a 1 \| FAILED \| - \| 0\.0010' "$work/log.broken" ||
   fail "the summary hides the failed bench: $(grep '^a 1' "$work/log.broken")"
+grep -qxF 'chain a 1 | FAILED' "$work/log.broken" ||
+  fail "the chain rows hide the failed bench: $(grep '^chain a 1' "$work/log.broken")"
 
 [ "$failures" -eq 0 ] && echo "ab_kernel.sh: refuses bad patches, builds and runs each variant apart, reads the summary"
 exit "$failures"
