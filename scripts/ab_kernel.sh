@@ -27,7 +27,7 @@ for patch in "$@"; do
   [ -f "$patch" ] || { echo "ab_kernel.sh: no patch file $patch" >&2; exit 2; }
   given+=("$(realpath "$patch")")
 done
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 out=${OUT:-$root/ab_out}
 for patch in "${given[@]}"; do
