@@ -14,14 +14,10 @@
 # that order, each with its own figure; two chapters give each its columns; a program that
 # fails is named and the script exits 1.
 set -euo pipefail
-repository=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/bin"
-failures=0
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+# shellcheck source=tests/scripts/stand_ins.sh
+source "$(dirname "$0")/stand_ins.sh"
 
-printf '#!/bin/sh\necho "name, driver_version"; echo "stand-in GPU, 0"\n' > "$work/bin/nvidia-smi"
+stand_in_nvidia_smi
 cat > "$work/bin/cmake" << 'EOF'
 #!/usr/bin/env bash
 # configure: record it; --build: write the two programs into ./build/native

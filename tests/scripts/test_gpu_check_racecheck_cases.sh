@@ -14,19 +14,15 @@
 # LADDER_SANITIZE_KERNELS=0 nothing runs; a case tagged [cupti] is never racechecked.
 set -euo pipefail
 preset=${1:?usage: test_gpu_check_racecheck_cases.sh PRESET}
-repository=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/scripts/stand_ins.sh
+source "$(dirname "$0")/stand_ins.sh"
 gpu_tests=$repository/build/$preset/tests/gpu_tests
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/bin"
-failures=0
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
 
 mapfile -t cases < <("$gpu_tests" --list-test-names-only "[decode_matmul],[bf16]" | grep -v '^$')
 [ ${#cases[@]} -ge 3 ] || { echo "FAILED: gpu_tests lists ${#cases[@]} cases"; exit 1; }
 crash=${cases[0]} hang=${cases[1]} hazards=${cases[2]}
 
-printf '#!/bin/sh\necho "name, driver_version"; echo "stand-in GPU, 0"\n' > "$work/bin/nvidia-smi"
+stand_in_nvidia_smi
 printf '#!/bin/sh\nexit 0\n' > "$work/bin/cmake"
 cat > "$work/bin/compute-sanitizer" << 'EOF'
 #!/usr/bin/env bash

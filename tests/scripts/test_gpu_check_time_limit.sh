@@ -13,14 +13,10 @@
 # and $OUT/ladder.tar.gz holds the finished variant's file; without the limit (the stand-in
 # sleeping 1 s) the summary does not mention it.
 set -euo pipefail
-repository=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/bin"
-failures=0
-fail() { echo "FAILED: $1"; failures=$((failures + 1)); }
+# shellcheck source=tests/scripts/stand_ins.sh
+source "$(dirname "$0")/stand_ins.sh"
 
-printf '#!/bin/sh\necho "name, driver_version"; echo "stand-in GPU, 0"\n' > "$work/bin/nvidia-smi"
+stand_in_nvidia_smi
 printf '#!/bin/sh\nexit 0\n' > "$work/bin/cmake"  # the profile stage builds first
 cat > "$work/bin/python3" << 'EOF_PYTHON'
 #!/usr/bin/env bash
