@@ -48,6 +48,11 @@ using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>
 
 // ---------------------------------------------------------------- row tiles and shared memory
 
+/// Rows a thread owns at row tile `rows`: 8 from 16 rows, 4 at 8, one per half-warp below.
+__host__ __device__ constexpr int fma_thread_rows(int rows) {
+  return rows >= 16 ? 8 : rows >= 8 ? 4 : rows / 2;
+}
+
 /// The FFMA path's work split for row tile kRows: a thread owns kThreadRows rows x 4
 /// columns; a warp 2 x 16 lanes, so 2 kThreadRows rows x all 64 columns; the 8 warps
 /// are kRowGroups groups of rows times kKGroups groups of the chunk's rows. The two
@@ -58,7 +63,7 @@ using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>
 /// two-way conflict on every x load.
 template <int kRows>
 struct FmaTiling {
-  static constexpr int kThreadRows = kRows >= 16 ? 8 : 4;
+  static constexpr int kThreadRows = fma_thread_rows(kRows);
   static constexpr int kWarpRows = 2 * kThreadRows;
   static constexpr int kRowGroups = kRows / kWarpRows;
   static constexpr int kKGroups = kWarps / kRowGroups;
@@ -86,7 +91,7 @@ __host__ __device__ constexpr int stages_for(int rows) { return rows <= 16 ? 8 :
 
 __host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) {
   return precision == DecodePrecision::kTf32 ? kTf32KGroups
-                                             : kWarps / (rows / (2 * (rows >= 16 ? 8 : 4)));
+                                             : kWarps / (rows / (2 * fma_thread_rows(rows)));
 }
 
 /// Dynamic shared memory of a block: the pipeline, or the tail's tiles if larger.
@@ -108,7 +113,8 @@ constexpr bool fits_everywhere(int rows, DecodePrecision precision) {
          kTargetBlocksPerMultiprocessor * (shared_bytes(rows, precision) + kSharedBesidesDynamic) <=
              kSm90MultiprocessorShared;
 }
-static_assert(fits_everywhere(8, DecodePrecision::kFp32) &&
+static_assert(fits_everywhere(2, DecodePrecision::kFp32) &&
+                  fits_everywhere(8, DecodePrecision::kFp32) &&
                   fits_everywhere(16, DecodePrecision::kFp32) &&
                   fits_everywhere(32, DecodePrecision::kFp32) &&
                   fits_everywhere(64, DecodePrecision::kFp32) &&
@@ -118,6 +124,7 @@ static_assert(fits_everywhere(8, DecodePrecision::kFp32) &&
               "a row tile's shared memory no longer fits every GPU the release preset builds for");
 
 int row_tile_for(int B, DecodePrecision precision) {
+  if (B <= 2 && precision == DecodePrecision::kFp32) return 2;
   if (B <= 8 && precision == DecodePrecision::kFp32) return 8;
   if (B <= 16) return 16;
   if (B <= 32) return 32;
@@ -486,6 +493,8 @@ KernelPointer kernel_for(int rows, DecodePrecision precision, bool x_vector) {
     }
   }
   switch (rows) {
+    case 2:
+      return x_vector ? decode_matmul_fp32_kernel<2, true> : decode_matmul_fp32_kernel<2, false>;
     case 8:
       return x_vector ? decode_matmul_fp32_kernel<8, true> : decode_matmul_fp32_kernel<8, false>;
     case 16:
@@ -502,10 +511,10 @@ struct KernelVariant {
   int rows;
   DecodePrecision precision;
 };
-constexpr KernelVariant kVariants[] = {{8, DecodePrecision::kFp32},  {16, DecodePrecision::kFp32},
-                                       {32, DecodePrecision::kFp32}, {64, DecodePrecision::kFp32},
-                                       {16, DecodePrecision::kTf32}, {32, DecodePrecision::kTf32},
-                                       {64, DecodePrecision::kTf32}};
+constexpr KernelVariant kVariants[] = {{2, DecodePrecision::kFp32},  {8, DecodePrecision::kFp32},
+                                       {16, DecodePrecision::kFp32}, {32, DecodePrecision::kFp32},
+                                       {64, DecodePrecision::kFp32}, {16, DecodePrecision::kTf32},
+                                       {32, DecodePrecision::kTf32}, {64, DecodePrecision::kTf32}};
 
 /// The most partial floats and counters any plan can ask for: a split plan (S > 1) has
 /// at most 2 slots blocks (plan_decode_matmul), so T S <= 2 slots and T <= slots.

@@ -111,7 +111,7 @@ enum class DecodeLaunch {
 /// How one product is cut into blocks (a pure function of the shape, the precision and
 /// the multiprocessor count, so one device always sums in the same order).
 struct DecodeMatmulPlan {
-  int row_tile = 0;                ///< B rounded up to the kernel's row tile (8, 16, 32 or 64)
+  int row_tile = 0;                ///< B rounded up to the kernel's row tile (2, 8, 16, 32 or 64)
   int column_tiles = 0;            ///< T
   int chunks = 0;                  ///< 32-row chunks of the padded K
   int splits = 0;                  ///< S

@@ -276,7 +276,7 @@ TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
   DecodeMatmulWorkspace workspace;
   const int multiprocessors = workspace.multiprocessors();
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
-    for (const int B : {1, 8, 9, 16, 17, 32, 33, 64}) {
+    for (const int B : {1, 2, 3, 8, 9, 16, 17, 32, 33, 64}) {
       for (const Shape shape :
            {Shape{768, 2304}, Shape{768, 768}, Shape{768, 3072}, Shape{3072, 768},
             Shape{768, 50257}, Shape{1, 1}, Shape{100000, 64}}) {
