@@ -219,8 +219,16 @@ if wants sanitize; then
     # processes, which racecheck ends with SIGSEGV once a WHILE node's body runs (session
     # 12: all six [chapters][bf16] cases, exit 139); the chapters' own runs above cover them.
     spec_list=$(printf '%s ~[cupti] ~[chapters],' "${kernel_tags[@]}")
-    mapfile -t cases < <("$build/tests/gpu_tests" --list-test-names-only "${spec_list%,}" |
-                           grep -v '^$')
+    # Cases whose graph runs the kernels in a WHILE node's body (names ending "WhileBody")
+    # are left out as well: racecheck ends those processes with SIGSEGV (session 12, all four,
+    # 0 hazards reported); their kernels run under racecheck in the stream and graph cases.
+    mapfile -t listed < <("$build/tests/gpu_tests" --list-test-names-only "${spec_list%,}" |
+                            grep -v '^$')
+    cases=()
+    while_body=0
+    for case_name in "${listed[@]}"; do
+      if [[ "$case_name" == *WhileBody ]]; then while_body=$((while_body + 1)); else cases+=("$case_name"); fi
+    done
     mkdir -p "$out/logs/racecheck"
     clean=0
     failed=()
@@ -255,7 +263,7 @@ if wants sanitize; then
     [ ${#cases[@]} -eq 0 ] && failed_list="none listed (no test case has those tags)"
     [ ${#failed[@]} -gt 0 ] && failed_list=$(printf '%s; ' "${failed[@]}") &&
       failed_list=${failed_list%; }
-    note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean; failed: $failed_list"
+    note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body cases left out); failed: $failed_list"
   fi
 fi
 
