@@ -13,7 +13,8 @@
 #             (scripts/check_serving_trace.py; makes the weights as hf does)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
 #             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
-#             decode-matmul and bf16 kernel tests, one test case at a time
+#             decode-matmul and bf16 kernel tests, one test case at a time (cases that run
+#             chapters or a WHILE node's body left out: racecheck ends those processes)
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
 #   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16];
 #             LADDER_GPU_TAGS="[pdl] [chapter10]" runs those tags instead): quick, before the
