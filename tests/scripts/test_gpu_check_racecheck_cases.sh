@@ -19,14 +19,15 @@ preset=${1:?usage: test_gpu_check_racecheck_cases.sh PRESET}
 source "$(dirname "$0")/stand_ins.sh"
 gpu_tests=$repository/build/$preset/tests/gpu_tests
 
-list_cases() {  # TEST-SPEC: the names it selects, less those ending "WhileBody"
-  { "$gpu_tests" --list-test-names-only "$1" || true; } | grep -v '^$' | grep -v 'WhileBody$' || true
+list_all() {  # TEST-SPEC: the names it selects (listing exits with their number)
+  { "$gpu_tests" --list-test-names-only "$1" || true; } | grep -v '^$' || true
 }
-mapfile -t cases < <(list_cases "[decode_matmul] ~[cupti] ~[chapters],[bf16] ~[cupti] ~[chapters]")
+list_cases() { list_all "$1" | grep -v 'WhileBody$' || true; }  # less those ending "WhileBody"
+kernel_spec="[decode_matmul] ~[cupti] ~[chapters],[bf16] ~[cupti] ~[chapters]"
+mapfile -t cases < <(list_cases "$kernel_spec")
 [ ${#cases[@]} -ge 3 ] || { echo "FAILED: gpu_tests lists ${#cases[@]} cases"; exit 1; }
-while_body=$({ "$gpu_tests" --list-test-names-only "[decode_matmul] ~[cupti] ~[chapters],[bf16] ~[cupti] ~[chapters]" || true; } |
-               grep -c 'WhileBody$' || true)
-chapters_case=$({ "$gpu_tests" --list-test-names-only "[bf16][chapters]" || true; } | grep -v '^$' | head -1)
+while_body=$(list_all "$kernel_spec" | grep -c 'WhileBody$' || true)
+chapters_case=$(list_all "[bf16][chapters]" | head -1)
 [ -n "$chapters_case" ] && [ "$while_body" -ge 1 ] ||
   { echo "FAILED: gpu_tests lists no [bf16][chapters] case or no WhileBody case"; exit 1; }
 crash=${cases[0]} hang=${cases[1]} hazards=${cases[2]}
@@ -78,8 +79,7 @@ run_sanitize LADDER_SANITIZE_KERNELS=0
 
 # [cupti] cases read what CUPTI traced, which it cannot beside a sanitizer: never racechecked.
 mapfile -t graph_cases < <(list_cases "[graphs] ~[cupti] ~[chapters]")
-# (listing exits with the number of cases it lists)
-cupti_case=$({ "$gpu_tests" --list-test-names-only "[graphs][cupti]" || true; } | grep -v '^$' | head -1)
+cupti_case=$(list_all "[graphs][cupti]" | head -1)
 [ -n "$cupti_case" ] && [ ${#graph_cases[@]} -ge 1 ] ||
   fail "gpu_tests lists no [graphs][cupti] case or no other [graphs] case"
 run_sanitize "LADDER_SANITIZE_TAGS=[graphs]"
