@@ -155,6 +155,18 @@ nlohmann::json measured_json(bool present, Value value) {
   return present ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
+/// The traced run's calls, most host time first, or null when no run was traced.
+nlohmann::json host_calls_json(const BenchmarkRow& row) {
+  if (row.host_seconds_per_step < 0) return nullptr;
+  nlohmann::json calls = nlohmann::json::array();
+  for (const HostCallPerStep& call : row.host_calls_per_step)
+    calls.push_back({{"call", call.name},
+                     {"calls", call.calls},
+                     {"s", call.seconds},
+                     {"waits_for_the_gpu", call.waits_for_the_gpu}});
+  return calls;
+}
+
 }  // namespace
 
 std::string format_json(const ReportHeader& header, const std::vector<BenchmarkRow>& rows) {
@@ -193,6 +205,7 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
         {"kernels_per_step", traced_json(row.kernels_per_step)},
         {"graph_launches_per_step", traced_json(row.graph_launches_per_step)},
         {"host_api_s_per_step", traced_json(row.host_seconds_per_step)},
+        {"host_api_calls_per_step", host_calls_json(row)},
         {"copies_per_step", traced_json(row.copies_per_step)},
         {"gpu_idle_s_per_step", traced_json(row.gpu_idle_per_step)},
         {"gpu_idle_between_steps_s", traced_json(row.gpu_idle_between_steps)},

@@ -36,6 +36,17 @@ std::string hash_string(std::uint64_t hash);
 double floor_bytes(const Gpt2Config& config, int batch, int prompt_length, int steps,
                    int value_bytes = sizeof(float));
 
+/// One CUDA runtime or driver call's share of a traced run, per step.
+struct HostCallPerStep {
+  std::string name;
+  double calls = 0;
+  double seconds = 0;  ///< host time inside the call (a runtime call's driver calls included)
+  bool waits_for_the_gpu = false;
+};
+
+/// How many calls a row keeps: those that take the most host time.
+constexpr std::size_t kHostCallsKept = 12;
+
 /// One configuration's results.
 struct BenchmarkRow {
   int batch = 0;
@@ -55,6 +66,9 @@ struct BenchmarkRow {
   /// seconds per step the host spent inside CUDA calls that do not wait for the GPU
   /// (enqueueing work), same run; tracing makes every call slower
   double host_seconds_per_step = 0;
+  /// the calls that time is made of, most host time first (at most kHostCallsKept), same
+  /// run; the waiting calls are listed too, though host_seconds_per_step leaves them out
+  std::vector<HostCallPerStep> host_calls_per_step;
   double copies_per_step = 0;    ///< memcpy and memset operations per step, same run
   double gpu_idle_per_step = 0;  ///< seconds the GPU sat idle per step, same run
   /// seconds the GPU sat idle between the end of one step and the next one's first

@@ -79,6 +79,12 @@ void fill_traced_columns(const GpuActivitySummary& activity, const GenerationOut
   row.copies_per_step = static_cast<double>(activity.copies + activity.memsets) / steps;
   row.graph_launches_per_step = static_cast<double>(activity.graph_launches) / steps;
   row.host_seconds_per_step = activity.host_api_seconds / steps;
+  row.host_calls_per_step.clear();
+  for (const ApiCallTime& call : activity.api_call_times) {
+    if (row.host_calls_per_step.size() == kHostCallsKept) break;
+    row.host_calls_per_step.push_back({call.name, static_cast<double>(call.calls) / steps,
+                                       call.seconds / steps, call.waits_for_the_gpu});
+  }
   row.gpu_idle_per_step = activity.timeline.idle_seconds() / steps;
   row.gpu_idle_between_steps = activity.timeline.step_openings > 1
                                    ? activity.timeline.idle_between_steps_seconds /
@@ -319,6 +325,10 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
     std::printf("  %8.1f us/step %7.1f launches/step  %s\n", kernel.seconds * 1e6 / steps,
                 static_cast<double>(kernel.launches) / steps, kernel.name.c_str());
   }
+  std::printf("by CUDA call (host time from each call's start to its end):\n");
+  for (const HostCallPerStep& call : row.host_calls_per_step)
+    std::printf("  %8.1f us/step %7.1f calls/step  %s%s\n", call.seconds * 1e6, call.calls,
+                call.name.c_str(), call.waits_for_the_gpu ? " (waits for the GPU)" : "");
 }
 
 int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {

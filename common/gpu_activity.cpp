@@ -44,6 +44,7 @@ struct RecordSink {
   std::uint64_t kernels = 0, copies = 0, memsets = 0, graph_launches = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
   std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> api_time;     // count, ns
   bool active = false;
 };
 
@@ -128,6 +129,10 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
         const auto* call = reinterpret_cast<const CUpti_ActivityAPI*>(record);
         const std::string name = api_call_name(record->kind, call->cbid);
         if (!waits_for_the_gpu(name)) records.host_calls.emplace_back(call->start, call->end);
+        auto& [count, nanoseconds] =
+            records.api_time[name.empty() ? "callback " + std::to_string(call->cbid) : name];
+        ++count;
+        nanoseconds += call->end - call->start;
         // The runtime's cudaGraphLaunch calls the driver's cuGraphLaunch: count one.
         if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME && is_graph_launch(call->cbid))
           ++records.graph_launches;
@@ -199,6 +204,7 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     records.host_calls.clear();
     records.kernels = records.copies = records.memsets = records.graph_launches = 0;
     records.kernel_time.clear();
+    records.api_time.clear();
     records.active = true;
   }
   try {
@@ -238,6 +244,11 @@ GpuActivitySummary GpuActivityTrace::collect() {
     summary.kernel_times.push_back({name, totals.first, static_cast<double>(totals.second) * 1e-9});
   std::sort(summary.kernel_times.begin(), summary.kernel_times.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  for (const auto& [name, totals] : records.api_time)
+    summary.api_call_times.push_back({name, totals.first, static_cast<double>(totals.second) * 1e-9,
+                                      waits_for_the_gpu(name)});
+  std::sort(summary.api_call_times.begin(), summary.api_call_times.end(),
+            [](const ApiCallTime& a, const ApiCallTime& b) { return a.seconds > b.seconds; });
   summary.host_api_seconds = union_seconds(records.host_calls);
   summary.timeline = summarize_timeline(records.intervals);
   return summary;

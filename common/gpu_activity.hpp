@@ -20,6 +20,14 @@ struct KernelTime {
   double seconds = 0;
 };
 
+/// Host time of one CUDA runtime or driver call (all its calls), start to end of each.
+struct ApiCallTime {
+  std::string name;  ///< e.g. "cudaLaunchKernel" (runtime) or "cuLaunchKernel" (driver)
+  std::uint64_t calls = 0;
+  double seconds = 0;  ///< summed: a runtime call's time includes the driver calls it makes
+  bool waits_for_the_gpu = false;  ///< a synchronization or a memory copy
+};
+
 /// One piece of work on the GPU's clock (a kernel, a copy, a memset): [start, end) in ns.
 struct ActivityInterval {
   std::uint64_t start = 0;
@@ -59,6 +67,9 @@ struct GpuActivitySummary {
   /// (synchronizations, memory copies): what enqueueing the work cost the host.
   double host_api_seconds = 0;
   std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
+  /// Per runtime and driver call name, most host time first, the waiting calls included:
+  /// which calls host_api_seconds is made of.
+  std::vector<ApiCallTime> api_call_times;
 };
 
 /// Records GPU activity from construction until collect(). Only one may exist at a

@@ -66,6 +66,8 @@ TEST_CASE("the table and the JSON carry graph launches and host time per step", 
   traced.kernels_per_step = 137.0;
   traced.graph_launches_per_step = 0.99;
   traced.host_seconds_per_step = 6.5e-6;
+  traced.host_calls_per_step = {{"cudaGraphLaunch", 0.99, 5.25e-6, false},
+                                {"cudaStreamSynchronize", 1.0, 8.0e-4, true}};
   ladder::BenchmarkRow untraced = traced;  // CUPTI was held by a profiler: "-" and null
   untraced.kernels_per_step = untraced.graph_launches_per_step = -1;
   untraced.host_seconds_per_step = -1;
@@ -83,4 +85,14 @@ TEST_CASE("the table and the JSON carry graph launches and host time per step", 
   CHECK(rows.at(0).at("host_api_s_per_step").get<double>() == Approx(6.5e-6));
   CHECK(rows.at(1).at("graph_launches_per_step").is_null());
   CHECK(rows.at(1).at("host_api_s_per_step").is_null());
+  // The calls the host time is made of, in the row's order; none for an untraced row.
+  const nlohmann::json& calls = rows.at(0).at("host_api_calls_per_step");
+  REQUIRE(calls.size() == 2);
+  CHECK(calls.at(0).at("call") == "cudaGraphLaunch");
+  CHECK(calls.at(0).at("calls").get<double>() == Approx(0.99));
+  CHECK(calls.at(0).at("s").get<double>() == Approx(5.25e-6));
+  CHECK_FALSE(calls.at(0).at("waits_for_the_gpu").get<bool>());
+  CHECK(calls.at(1).at("call") == "cudaStreamSynchronize");
+  CHECK(calls.at(1).at("waits_for_the_gpu").get<bool>());
+  CHECK(rows.at(1).at("host_api_calls_per_step").is_null());
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -259,6 +260,20 @@ double per_generation(const nlohmann::json& configuration, const char* column) {
   return configuration.at(column).get<double>() * configuration.at("steps").get<double>();
 }
 
+// Calls of one CUDA runtime or driver function in the traced run (0 when not listed).
+double calls_per_generation(const nlohmann::json& configuration, const std::string& call) {
+  const nlohmann::json& calls = configuration.at("host_api_calls_per_step");
+  double seconds_before = std::numeric_limits<double>::infinity();
+  double found = 0;
+  for (const nlohmann::json& entry : calls) {
+    CHECK(entry.at("s").get<double>() <= seconds_before);  // most host time first
+    seconds_before = entry.at("s").get<double>();
+    if (entry.at("call") == call)
+      found = entry.at("calls").get<double>() * configuration.at("steps").get<double>();
+  }
+  return found;
+}
+
 // [cupti]: it reads the launch counts CUPTI traced, which no tool beside a sanitizer can.
 TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one per generation",
           "[graphs][chapters][cupti]") {
@@ -300,6 +315,9 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   // 07: every decode step replays its stream's graph (captured in the warm-up run).
   CHECK(per_generation(graphs, "graph_launches_per_step") == Approx(new_tokens - 1));
   CHECK(per_generation(graphs, "host_syncs_per_step") == Approx(new_tokens - 1));
+  // The traced calls say the same: cudaGraphLaunch once a decode step in 07, never in 06.
+  CHECK(calls_per_generation(graphs, "cudaGraphLaunch") == Approx(new_tokens - 1));
+  CHECK(calls_per_generation(interleaved, "cudaGraphLaunch") == 0);
   // 08: one launch and one wait. It runs 07's kernels (plus, at most, one the driver may
   // add per pass of the loop): fewer than one step more. No lower bound: CUPTI on driver
   // 580 does not always record every pass of a WHILE node's body (on this model some runs
