@@ -28,7 +28,9 @@
 #   product   Nsight Compute's full sections on one decode matmul of chapter 09: layer 0's
 #             c_fc (its third decode_matmul_fp32 launch), or the LM head with
 #             LADDER_NCU_PRODUCT=lm_head, at each B of LADDER_NCU_BATCHES ("32 64"):
-#             ncu_product/PRODUCT.bB.txt (results/experiments/c_fc_ncu/README.md reads c_fc's)
+#             ncu_product/PRODUCT.bB.txt, its report PRODUCT.bB.ncu-rep and the per-instruction
+#             source counters PRODUCT.bB.sass.csv (results/experiments/c_fc_ncu/README.md
+#             reads c_fc's)
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -342,13 +344,19 @@ if wants product; then
   for batch in ${LADDER_NCU_BATCHES:-32 64}; do
     [ -n "$skip" ] || break
     file=$out/ncu_product/$product.b$batch.txt
-    # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls).
-    if limited ncu --set full --print-details all -k regex:decode_matmul_fp32 --launch-skip "$skip" \
-           --launch-count 1 "$build/chapters/09_decode_matmuls" --batch "$batch" --new-tokens 2 --runs 1 \
-           --warmup 0 --quiet > "$file" 2>&1; then
+    report=$out/ncu_product/$product.b$batch  # .ncu-rep: opens in Nsight Compute's GUI
+    # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls,
+    # and the source counters: per SASS instruction, executions and stall samples).
+    if limited ncu --set full --import-source yes -k regex:decode_matmul_fp32 --launch-skip "$skip" \
+           --launch-count 1 -f -o "$report" "$build/chapters/09_decode_matmuls" --batch "$batch" \
+           --new-tokens 2 --runs 1 --warmup 0 --quiet > "$file.log" 2>&1 &&
+       ncu -i "$report.ncu-rep" --print-details all > "$file" 2>&1; then
       note "product: ncu of $product at B = $batch ($(grep -m1 -oE 'decode_matmul_fp32_kernel<[0-9]+, [a-z0-9]+>\(.*\) \([0-9, ]+\)' "$file" | sed 's/(DecodeMatmulArguments[^)]*) / grid /'))"
+      # The same launch per SASS instruction (the chunk loop's cost, line by line).
+      ncu -i "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" 2>&1 ||
+        note "product: the SASS source page of $product at B = $batch FAILED (ncu_product/$(basename "$report").sass.csv)"
     else
-      note "product: ncu of $product at B = $batch FAILED (ncu_product/$(basename "$file"))"; tail -5 "$file"
+      note "product: ncu of $product at B = $batch FAILED (ncu_product/$(basename "$file").log)"; tail -5 "$file.log" "$file"
     fi
   done
 fi
