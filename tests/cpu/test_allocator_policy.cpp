@@ -1,22 +1,21 @@
 // tests/cpu/test_allocator_policy.cpp - the allocators' block policy, on the CPU.
 //
 // Both allocators take their memory from a source (SegmentSource, PageSource);
-// here the sources are fakes that hand out bare addresses, never memory, so every
-// decision - rounding, pools, best fit, split, merge, per-stream caching, page
-// mapping, the out-of-memory retry and the statistics - is checked without a GPU.
+// here the sources are fakes that hand out bare addresses, never memory
+// (tests/support/fake_device.hpp), so every decision - rounding, pools, best fit,
+// split, merge, per-stream caching, page mapping, the out-of-memory retry and the
+// statistics - is checked without a GPU.
 // Run: cpu_tests "[allocator]"
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <initializer_list>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -28,159 +27,14 @@
 #include "common/cuda_check.hpp"
 #include "common/expandable_allocator.hpp"
 #include "tests/support/allocator_checks.hpp"
+#include "tests/support/chapter_allocations.hpp"
+#include "tests/support/fake_device.hpp"
 
 using namespace ladder;
+using namespace ladder::testing;
 using Catch::Matchers::Contains;
-using ladder::testing::add_live_block;
-using ladder::testing::check_bookkeeping;
-using ladder::testing::check_out_of_memory;
 
 namespace {
-
-constexpr std::size_t gibibytes = 1024 * mebibytes;
-constexpr std::size_t fake_page_bytes = 2 * mebibytes;
-
-// Stream handles are only compared, never used, so any distinct values will do.
-cudaStream_t fake_stream(std::uintptr_t id) {
-  return reinterpret_cast<cudaStream_t>(id);  // NOLINT(performance-no-int-to-ptr)
-}
-
-std::uintptr_t address_of(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
-
-// ---------------------------------------------------------------- fakes
-
-// A pretend GPU: what the fake sources have handed out and not yet taken back. It
-// outlives the allocator, so a test can check that teardown returned everything.
-struct FakeDevice {
-  std::size_t total_bytes = 64 * gibibytes;
-  std::size_t held_bytes = 0;
-  std::deque<bool> scripted_answers;  // answers to the next requests; then capacity decides
-  bool always_fail = false;
-  int synchronizations = 0;
-  std::size_t held_bytes_at_last_synchronization = 0;
-  std::map<std::uintptr_t, std::size_t> segments;  // caching: address -> bytes
-  std::map<std::uintptr_t, std::size_t> ranges;    // expandable: address -> bytes
-  std::set<std::uintptr_t> mapped_pages;           // expandable: page addresses
-  std::set<cudaStream_t> capturing_streams;        // streams capturing a CUDA graph
-
-  // Decides whether a request for `bytes` of memory succeeds, as a driver would.
-  bool grant(std::size_t bytes) {
-    if (always_fail) return false;
-    if (!scripted_answers.empty()) {
-      const bool answer = scripted_answers.front();
-      scripted_answers.pop_front();
-      if (!answer) return false;
-    }
-    if (held_bytes + bytes > total_bytes) return false;
-    held_bytes += bytes;
-    return true;
-  }
-  DeviceMemoryInfo memory_info() const { return {total_bytes - held_bytes, total_bytes}; }
-  void record_synchronization() {
-    ++synchronizations;
-    held_bytes_at_last_synchronization = held_bytes;
-  }
-};
-
-// Addresses start high and leave gaps between segments, so a block that ran past
-// its segment would not land in a neighbour by accident.
-constexpr std::uintptr_t first_fake_address = std::uintptr_t{1} << 40;
-constexpr std::size_t gap_between_fake_segments = 64 * mebibytes;
-
-class FakeSegmentSource final : public SegmentSource {
- public:
-  explicit FakeSegmentSource(FakeDevice& device) : device_(device) {}
-
-  void* allocate_segment(std::size_t bytes) override {
-    if (!device_.grant(bytes)) return nullptr;
-    const std::uintptr_t address = next_address_;
-    next_address_ += round_up(bytes, fake_page_bytes) + gap_between_fake_segments;
-    device_.segments.emplace(address, bytes);
-    return as_pointer(address);
-  }
-  void free_segment(void* address, std::size_t bytes) override {
-    const auto segment = device_.segments.find(address_of(address));
-    if (segment == device_.segments.end() || segment->second != bytes)
-      throw std::logic_error("fake: free_segment of something never allocated");
-    device_.held_bytes -= bytes;
-    device_.segments.erase(segment);
-  }
-  void synchronize() override { device_.record_synchronization(); }
-  DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
-  bool is_capturing(cudaStream_t stream) override {
-    return device_.capturing_streams.count(stream) != 0;
-  }
-
- private:
-  FakeDevice& device_;
-  std::uintptr_t next_address_ = first_fake_address;
-};
-
-class FakePageSource final : public PageSource {
- public:
-  explicit FakePageSource(FakeDevice& device) : device_(device) {}
-
-  std::size_t page_bytes() const override { return fake_page_bytes; }
-  std::uintptr_t reserve_range(std::size_t bytes) override {
-    if (bytes % fake_page_bytes != 0) throw std::logic_error("fake: range not whole pages");
-    const std::uintptr_t address = next_address_;
-    next_address_ += bytes + gap_between_fake_segments;
-    device_.ranges.emplace(address, bytes);
-    return address;
-  }
-  void free_range(std::uintptr_t address, std::size_t bytes) override {
-    const auto range = device_.ranges.find(address);
-    if (range == device_.ranges.end() || range->second != bytes)
-      throw std::logic_error("fake: free_range of something never reserved");
-    const auto mapped = device_.mapped_pages.lower_bound(address);
-    if (mapped != device_.mapped_pages.end() && *mapped < address + bytes)
-      throw std::logic_error("fake: free_range while pages are still mapped");
-    device_.ranges.erase(range);
-  }
-  bool map_pages(std::uintptr_t address, std::size_t page_count) override {
-    for (std::size_t page = 0; page < page_count; ++page) {
-      const std::uintptr_t page_address = address + page * fake_page_bytes;
-      if (device_.mapped_pages.count(page_address) != 0 || !inside_a_range(page_address))
-        throw std::logic_error("fake: page mapped twice, or outside any reserved range");
-    }
-    if (!device_.grant(page_count * fake_page_bytes)) return false;
-    for (std::size_t page = 0; page < page_count; ++page)
-      device_.mapped_pages.insert(address + page * fake_page_bytes);
-    return true;
-  }
-  void unmap_pages(std::uintptr_t address, std::size_t page_count) override {
-    for (std::size_t page = 0; page < page_count; ++page) {
-      if (device_.mapped_pages.erase(address + page * fake_page_bytes) == 0)
-        throw std::logic_error("fake: unmapping a page that is not mapped");
-    }
-    device_.held_bytes -= page_count * fake_page_bytes;
-  }
-  void synchronize() override { device_.record_synchronization(); }
-  DeviceMemoryInfo memory_info() override { return device_.memory_info(); }
-  bool is_capturing(cudaStream_t stream) override {
-    return device_.capturing_streams.count(stream) != 0;
-  }
-
- private:
-  bool inside_a_range(std::uintptr_t page_address) const {
-    auto range = device_.ranges.upper_bound(page_address);
-    if (range == device_.ranges.begin()) return false;
-    --range;
-    return page_address + fake_page_bytes <= range->first + range->second;
-  }
-
-  FakeDevice& device_;
-  std::uintptr_t next_address_ = first_fake_address;
-};
-
-// An Allocator (caching or expandable) whose memory comes from `device`.
-template <typename Allocator>
-std::unique_ptr<Allocator> make_fake_allocator(FakeDevice& device) {
-  if constexpr (std::is_same_v<Allocator, CachingAllocator>)
-    return std::make_unique<CachingAllocator>(std::make_unique<FakeSegmentSource>(device));
-  else
-    return std::make_unique<ExpandableAllocator>(std::make_unique<FakePageSource>(device));
-}
 
 // Most tests' starting point (a Catch fixture): a fresh 64 GiB fake device, an
 // Allocator on it, and the stream to allocate on.
@@ -250,81 +104,6 @@ void run_static_cache_generation(DeviceAllocator& allocator, int new_tokens) {
   for (const std::size_t columns : {C, C, 3 * C, C, C, 4 * C, C, V})  // activations, logits
     blocks.push_back(allocator.allocate(B * columns * sizeof(float), stream));
   for (void* block : blocks) allocator.deallocate(block);
-}
-
-// One generate() of chapters 02 and 03 (chapters/02_kv_cache/kv_cache.cpp), call for call
-// in the chapters' order of allocations and frees, on GPT-2 small's sizes: B BOS prompts,
-// N new tokens, each step's activations fresh blocks, the KV cache grown by one position a
-// step (allocate the longer keys and values, free the old ones), the logits freed at the
-// step's end. A stand-in for running the chapter, which needs a GPU: the allocator's
-// numbers are a function of this sequence alone.
-void run_chapter02_generation(DeviceAllocator& allocator, int B, int N) {
-  constexpr std::size_t C = 768, V = 50257;
-  constexpr int layers = 12;
-  const cudaStream_t stream = fake_stream(1);
-  const std::size_t rows = static_cast<std::size_t>(B);  // T = 1: the prefill has B rows too
-  const auto buffer = [&](std::size_t bytes) { return DeviceBuffer(allocator, bytes, stream); };
-  const DeviceBuffer sequence = buffer(rows * sizeof(std::int32_t));
-  // GreedyBuffers: finished, all_finished, generated (no forced tokens)
-  const DeviceBuffer finished = buffer(rows * sizeof(std::int32_t));
-  const DeviceBuffer all_finished = buffer(sizeof(std::int32_t));
-  const DeviceBuffer generated = buffer(rows * N * sizeof(std::int32_t));
-  std::vector<DeviceBuffer> keys, values;
-  DeviceBuffer next_tokens;
-  const std::size_t row_bytes = rows * C * sizeof(float);
-  for (int step = 0; step < N; ++step) {
-    const std::size_t cached = static_cast<std::size_t>(step);  // L: positions in the cache
-    DeviceBuffer logits;
-    {
-      const DeviceBuffer hidden = buffer(row_bytes);  // prefill(): [B, T, C]; decode_step(): [B, C]
-      for (int layer = 0; layer < layers; ++layer) {
-        {  // the attention block
-          const DeviceBuffer normed = buffer(row_bytes);
-          const DeviceBuffer qkv = buffer(3 * row_bytes);
-          if (step == 0) {  // prefill: this layer's keys and values of position 0 stay
-            keys.push_back(buffer(row_bytes));
-            values.push_back(buffer(row_bytes));
-          } else {  // grow_kv_cache(): one position longer, the old ones freed
-            DeviceBuffer longer_keys = buffer(row_bytes * (cached + 1));
-            DeviceBuffer longer_values = buffer(row_bytes * (cached + 1));
-            keys[layer] = std::move(longer_keys);
-            values[layer] = std::move(longer_values);
-          }
-          const DeviceBuffer attended = buffer(row_bytes);
-          const DeviceBuffer projected = buffer(row_bytes);
-        }
-        {  // the MLP block
-          const DeviceBuffer normed = buffer(row_bytes);
-          const DeviceBuffer expanded = buffer(4 * row_bytes);
-          const DeviceBuffer projected = buffer(row_bytes);
-        }
-      }
-      const DeviceBuffer normed = buffer(row_bytes);  // lm_head(): ln_f, then the logits
-      logits = buffer(rows * V * sizeof(float));
-    }  // hidden and ln_f's output freed as prefill() / decode_step() return
-    next_tokens = buffer(rows * sizeof(std::int32_t));
-  }  // the step's logits are freed at the end of each step, here the last
-  // generate() returns: next_tokens, the cache (values, then keys), the greedy buffers and
-  // the prompts go, in reverse order of declaration
-  next_tokens = DeviceBuffer();
-  values.clear();
-  keys.clear();
-}
-
-// A configuration of chapter 02 or 03 as the chapter runner measures it
-// (common/chapter_runner.cpp): the decoder's cuBLASLt workspace held throughout, the
-// cache emptied, one warm-up generation, then five timed ones, each from reset peaks;
-// the table shows the last one's.
-AllocatorStats measure_chapter02_configuration(DeviceAllocator& allocator, int B, int N) {
-  start_from_empty_cache(allocator);
-  run_chapter02_generation(allocator, B, N);
-  AllocatorStats stats;
-  for (int run = 0; run < 5; ++run) {
-    allocator.reset_peak_stats();
-    run_chapter02_generation(allocator, B, N);
-    stats = allocator.stats();
-  }
-  return stats;
 }
 
 // One configuration as the chapter runner measures it: from an empty cache, a warm-up
@@ -949,9 +728,11 @@ TEMPLATE_TEST_CASE("chapters 02 and 03's allocations on the committed workload: 
   const auto allocator = make_fake_allocator<TestType>(device);
   {
     const DeviceBuffer workspace(*allocator, 32 * mebibytes, fake_stream(1));  // StepContext's
-    for (const auto& [B, N] : {std::pair{32, 100}, std::pair{32, 200}, std::pair{32, 400},
-                               std::pair{1, 100}, std::pair{8, 100}, std::pair{64, 100}}) {
-      const AllocatorStats stats = measure_chapter02_configuration(*allocator, B, N);
+    for (const auto& [B, N] : chapter02_configurations) {
+      // Five timed runs, as the chapters make; the table shows the last one's peaks.
+      AllocatorStats stats;
+      measure_chapter02_configuration(
+          *allocator, B, N, 5, [] {}, [&stats, &allocator] { stats = allocator->stats(); });
       std::printf("%s B = %d, N = %d: peak allocated %zu, peak reserved %zu, fragmentation "
                   "%.4f\n",
                   allocator->name().c_str(), B, N, stats.peak_allocated_bytes,
