@@ -1,13 +1,16 @@
 // kernels/decode_matmul.cu - the decode matmuls (see decode_matmul.cuh for the math,
 // the grid and the order of the sums): one streaming pipeline, two inner products
-// (fp32 FFMA and TF32 mma.sync), and the tail shared with the bf16 kernels
-// (decode_matmul_common.cuh) that sums the warps and the splits and applies the epilogue.
+// (fp32 FFMA and TF32 mma.sync), a register-direct fp32 kernel for row tiles of up to 8
+// rows, and the tail shared with the bf16 kernels (decode_matmul_common.cuh) that sums
+// the warps and the splits and applies the epilogue.
 //
 // Shared memory of a block (floats):
 //   pipeline  stages_for(R) stages, W chunk [32][72] (64 columns + 8 of padding)
 //                                   x chunk [R][36]  (32 columns + 4 of padding)
 //   tail      (reuses the pipeline) one [R][68] tile per k-group of warps; their sum
 //             ends in the first, which the epilogue reads.
+//   register-direct (R <= 8): no weight; x of up to 32 chunks in the order its threads
+//             read it, [chunk][k-group 16][step 2][R]; the tail's 8 tiles reuse it.
 // R is the row tile (B rounded up). The paddings keep the tensor-core fragment reads
 // free of bank conflicts (rows 72 floats apart start 8 banks apart; rows 36 apart, 4
 // banks apart); the FFMA path reads W 16 bytes per lane along a row and x as a broadcast.
@@ -48,22 +51,20 @@ using DecodeMatmulArguments = decode_common::DecodeMatmulArguments<float, float>
 
 // ---------------------------------------------------------------- row tiles and shared memory
 
-/// Rows a thread owns at row tile `rows`: 8 from 16 rows, 4 at 8, one per half-warp below.
-__host__ __device__ constexpr int fma_thread_rows(int rows) {
-  return rows >= 16 ? 8 : rows >= 8 ? 4 : rows / 2;
-}
+/// Rows a thread of the shared-pipeline FFMA kernel owns (row tiles of 16 rows and more).
+constexpr int kFmaThreadRows = 8;
 
-/// The FFMA path's work split for row tile kRows: a thread owns kThreadRows rows x 4
-/// columns; a warp 2 x 16 lanes, so 2 kThreadRows rows x all 64 columns; the 8 warps
-/// are kRowGroups groups of rows times kKGroups groups of the chunk's rows. The two
-/// half-warps take alternate rows of the warp's (even and odd): each x load is one
-/// address per half-warp, and rows one apart (kXStride = 36 floats) start 4 banks apart,
-/// so the two addresses never share a bank. With whole blocks of kThreadRows rows per
-/// half the two would start 8 x 36 = 288 floats apart, a multiple of the 32 banks: a
-/// two-way conflict on every x load.
+/// The shared-pipeline FFMA path's work split for row tile kRows: a thread owns
+/// kThreadRows rows x 4 columns; a warp 2 x 16 lanes, so 2 kThreadRows rows x all 64
+/// columns; the 8 warps are kRowGroups groups of rows times kKGroups groups of the
+/// chunk's rows. The two half-warps take alternate rows of the warp's (even and odd):
+/// each x load is one address per half-warp, and rows one apart (kXStride = 36 floats)
+/// start 4 banks apart, so the two addresses never share a bank. With whole blocks of
+/// kThreadRows rows per half the two would start 8 x 36 = 288 floats apart, a multiple
+/// of the 32 banks: a two-way conflict on every x load.
 template <int kRows>
 struct FmaTiling {
-  static constexpr int kThreadRows = fma_thread_rows(kRows);
+  static constexpr int kThreadRows = kFmaThreadRows;
   static constexpr int kWarpRows = 2 * kThreadRows;
   static constexpr int kRowGroups = kRows / kWarpRows;
   static constexpr int kKGroups = kWarps / kRowGroups;
@@ -77,6 +78,33 @@ struct FmaTiling {
 constexpr int kTf32ColumnGroups = kTileColumns / 16;
 constexpr int kTf32KGroups = kWarps / kTf32ColumnGroups;
 
+/// Row tiles of up to 8 rows in fp32 take the register-direct kernel (no weight in
+/// shared memory); larger ones and TF32 the shared-memory pipeline.
+__host__ __device__ constexpr bool is_register_direct(int rows, DecodePrecision precision) {
+  return precision == DecodePrecision::kFp32 && rows <= 8;
+}
+
+/// The register-direct kernel's split of a chunk: a step of the block reads 16 rows x 64
+/// columns, 256 pieces of 16 bytes, one per thread; thread t takes row t / 16 of every
+/// step (its k-group) and columns 4 (t % 16) .. + 3; a chunk is two steps.
+constexpr int kDirectPiecesPerRow = kTileColumns / 4;              // 16
+constexpr int kDirectKGroups = kThreads / kDirectPiecesPerRow;     // 16
+constexpr int kDirectStepsPerChunk = kChunkRows / kDirectKGroups;  // 2
+/// Chunks of the weight a thread has in flight: 2 x 16 bytes each, 8 KiB a block each.
+constexpr int kDirectChunksAhead = 4;
+/// Chunks of x staged in shared memory at once: 1024 inputs, all of GPT-2's K = 768 and
+/// 1024; a block with more chunks than that stages its x window after window.
+constexpr int kDirectXWindowChunks = 32;
+static_assert(kDirectXWindowChunks % kDirectChunksAhead == 0,
+              "a window ends where the ring of loads comes round");
+/// Blocks a multiprocessor holds of the register-direct kernel (its registers' bound):
+/// at 2 rows a thread's sums are 8 floats and 3 blocks fit in 80 registers (4, in 64,
+/// spill); at 8 rows its 32 sums, 32 floats of weight in flight and 16 of x take more
+/// than 80: 2.
+__host__ __device__ constexpr int direct_blocks_per_multiprocessor(int rows) {
+  return rows <= 2 ? 3 : 2;
+}
+
 __host__ __device__ constexpr int stage_floats(int rows) {
   return kChunkRows * kWeightStride + rows * kXStride;
 }
@@ -84,21 +112,24 @@ __host__ __device__ constexpr int stage_floats(int rows) {
 /// Shared-memory stages of the pipeline for row tile `rows`: a block has up to stages - 1
 /// chunks in flight, 8 KiB of weight each. A block of a small row tile does little
 /// arithmetic per chunk, so its two blocks a multiprocessor stream only as fast as the
-/// bytes they keep in flight cover the memory's latency under load. Up to 16 rows a stage
-/// is small (10-12 KiB), so 8 stages fit twice in a multiprocessor (up to 92 KiB a block);
-/// from 32 rows the tiles are larger and a block has more arithmetic per chunk: 4.
+/// bytes they keep in flight cover the memory's latency under load. At 16 rows a stage
+/// is small (11 KiB), so 8 stages fit twice in a multiprocessor (90 KiB a block); from
+/// 32 rows the tiles are larger and a block has more arithmetic per chunk: 4.
 __host__ __device__ constexpr int stages_for(int rows) { return rows <= 16 ? 8 : 4; }
 
 __host__ __device__ constexpr int k_groups(int rows, DecodePrecision precision) {
-  return precision == DecodePrecision::kTf32 ? kTf32KGroups
-                                             : kWarps / (rows / (2 * fma_thread_rows(rows)));
+  return is_register_direct(rows, precision)   ? kWarps
+         : precision == DecodePrecision::kTf32 ? kTf32KGroups
+                                               : kWarps / (rows / (2 * kFmaThreadRows));
 }
 
-/// Dynamic shared memory of a block: the pipeline, or the tail's tiles if larger.
+/// Dynamic shared memory of a block: the pipeline (or the register-direct kernel's x
+/// window), or the tail's tiles if larger.
 __host__ __device__ constexpr int shared_bytes(int rows, DecodePrecision precision) {
-  const int pipeline = stages_for(rows) * stage_floats(rows);
+  const int staged = is_register_direct(rows, precision) ? kDirectXWindowChunks * kChunkRows * rows
+                                                         : stages_for(rows) * stage_floats(rows);
   const int tail = k_groups(rows, precision) * rows * kTileStride;
-  return static_cast<int>(sizeof(float)) * (pipeline > tail ? pipeline : tail);
+  return static_cast<int>(sizeof(float)) * (staged > tail ? staged : tail);
 }
 
 // Every block must launch on each GPU the release preset builds for: sm_86 and sm_89 give
@@ -340,7 +371,7 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 
 // Math:   y = x W over this block's rows of K, for the rows of x below B and the 64
 //         columns of tile blockIdx.y; then the tail (splits, epilogue).
-// Shapes: see DecodeMatmulArguments; kRows >= B.
+// Shapes: see DecodeMatmulArguments; kRows in {16, 32, 64}, kRows >= B.
 // Grid:   (S, T) blocks of 256 threads. Warp w: row group w % kRowGroups, k-group
 //         w / kRowGroups; lane l: rows l / 16 + 2 r (r < kThreadRows) of the warp's
 //         rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
@@ -398,6 +429,190 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     *reinterpret_cast<float4*>(group_tile + (first_row + 2 * r) * kTileStride + column) =
         make_float4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
   finish_tile<kRows>(a, tile, split, shared, Tiling::kKGroups);
+}
+
+// ---------------------------------------------------------------- fp32 register-direct
+
+// At row tiles of 2 and 8 a chunk has little arithmetic (16 and 64 FFMA a thread), and
+// the pipeline's copies, waits and barrier per chunk cost more instructions than the
+// multiply-adds: the kernel was bound by instructions, not bytes. Here the weight goes
+// from global memory straight into registers, several chunks ahead, and only x, staged
+// once per block (per window of 32 chunks), sits in shared memory: no barrier per chunk.
+
+/// 16 bytes of the weight, read once by one thread: through the non-coherent path,
+/// without a line in L1 (nothing else reads it on this multiprocessor).
+__device__ __forceinline__ float4 load_weight_piece(const float* at) {
+  float4 piece;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(piece.x), "=f"(piece.y), "=f"(piece.z), "=f"(piece.w)
+               : "l"(at));
+  return piece;
+}
+
+/// Where input `k` (of the window) of row `row` sits in the staged x: the chunk's
+/// 32 inputs k-group by k-group, each group's two inputs (steps) side by side, each input
+/// kRows rows: a thread finds its chunk's 2 kRows values in one contiguous run.
+template <int kRows>
+__device__ __forceinline__ int staged_x_index(int k, int row) {
+  const int chunk = k / kChunkRows;
+  const int in_chunk = k % kChunkRows;
+  return ((chunk * kDirectKGroups + in_chunk % kDirectKGroups) * kDirectStepsPerChunk +
+          in_chunk / kDirectKGroups) *
+             kRows +
+         row;
+}
+
+/// x rows [0, kRows) x inputs first_k .. first_k + 32 chunks - 1 into `staged`
+/// (staged_x_index), zeros past B and past K; as 16-byte loads when kXVector (K % 4 == 0
+/// and x 16-byte aligned, so a piece is all inside K or all past it). Every row's load
+/// of a piece is issued before the first store.
+template <int kRows, bool kXVector>
+__device__ __forceinline__ void stage_x(const DecodeMatmulArguments& a, int first_k, int chunks,
+                                        float* staged) {
+  constexpr int kWidth = kXVector ? 4 : 1;  // floats per piece
+  const int inputs = chunks * kChunkRows;
+  for (int k = kWidth * static_cast<int>(threadIdx.x); k < inputs; k += kWidth * kThreads) {
+    const int column = first_k + k;
+    float values[kRows][kWidth];
+#pragma unroll
+    for (int row = 0; row < kRows; ++row) {
+      const float* source = a.x + static_cast<unsigned int>(row) * a.K + column;
+      if constexpr (kXVector) {
+        const float4 piece = row < a.B && column < a.K ? *reinterpret_cast<const float4*>(source)
+                                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        values[row][0] = piece.x;
+        values[row][1] = piece.y;
+        values[row][2] = piece.z;
+        values[row][3] = piece.w;
+      } else {
+        values[row][0] = row < a.B && column < a.K ? *source : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int row = 0; row < kRows; ++row)
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) staged[staged_x_index<kRows>(k + i, row)] = values[row][i];
+  }
+}
+
+// Math:   as decode_matmul_fp32_kernel; kRows in {2, 8}.
+// Shapes: see DecodeMatmulArguments; kRows >= B.
+// Grid:   (S, T) blocks of 256 threads. Thread t: k-group t / 16, columns 4 (t % 16)
+//         + [0, 4); of each chunk it reads rows t / 16 and t / 16 + 16, the two 16-byte
+//         pieces at 4 t and 4 t + 1024 floats (a warp: 512 contiguous bytes), kept
+//         kDirectChunksAhead chunks ahead in registers (32 KiB a block in flight), and
+//         its 2 kRows values of x in one run of shared memory (a broadcast to the 16 lanes
+//         of a half-warp) for 8 kRows FFMA. The warp's two k-groups add by a shuffle
+//         (the lower first), and the 8 warps' tiles go to the tail in warp order.
+// Promises: LDG.E.NA.128.CONSTANT ACQBULK PREEXIT
+template <int kRows, bool kXVector>
+__global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRows))
+    decode_matmul_fp32_direct_kernel(const DecodeMatmulArguments a) {
+  static_assert(is_register_direct(kRows, DecodePrecision::kFp32) && kRows % 2 == 0,
+                "register-direct row tiles: 2 or 8");
+  constexpr int kChunkFloats = kChunkRows * kTileColumns;     // 32 rows x 64 columns, contiguous
+  constexpr int kStepFloats = kDirectKGroups * kTileColumns;  // 16 rows
+  float* shared = dynamic_shared_memory();
+  const int split = blockIdx.x;
+  const int tile = blockIdx.y;
+  const int k_group = static_cast<int>(threadIdx.x) / kDirectPiecesPerRow;
+  const int column = 4 * (static_cast<int>(threadIdx.x) % kDirectPiecesPerRow);
+  const ChunkRange range = chunk_range(a, split);
+  const float* first_weight = a.weight +
+                              static_cast<std::size_t>(tile) * a.padded_rows * kTileColumns +
+                              static_cast<std::size_t>(range.first) * kChunkFloats;
+
+  // Chunk c of the range sits in pieces[c % kDirectChunksAhead] from its load until its
+  // multiply-adds; the loads go in chunk order, so one pointer walks the weight.
+  float4 pieces[kDirectChunksAhead][kDirectStepsPerChunk];
+  const float* next_weight = first_weight + 4 * threadIdx.x;
+  int chunks_requested = 0;
+  const auto request_next = [&](float4(&into)[kDirectStepsPerChunk]) {
+    if (chunks_requested < range.count) {
+#pragma unroll
+      for (int step = 0; step < kDirectStepsPerChunk; ++step)
+        into[step] = load_weight_piece(next_weight + step * kStepFloats);
+    }
+    next_weight += kChunkFloats;
+    ++chunks_requested;
+  };
+
+  // The weight does not depend on the kernel before: the first chunks, and with a
+  // programmatic launch the next ones into L2 (one 128-byte line per thread of the first
+  // 64), are requested before the wait; x only after it (decode_matmul.cuh).
+#pragma unroll
+  for (int i = 0; i < kDirectChunksAhead; ++i) request_next(pieces[i]);
+  if (a.programmatic) {
+    constexpr int kLineFloats = 128 / sizeof(float);
+    constexpr int kLinesPerChunk = kChunkFloats / kLineFloats;  // 64
+    const int last = min(range.count, kDirectChunksAhead + kL2PrefetchChunks);
+    if (threadIdx.x < kLinesPerChunk) {
+      for (int chunk = kDirectChunksAhead; chunk < last; ++chunk)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(first_weight + chunk * kChunkFloats +
+                                                        threadIdx.x * kLineFloats));
+    }
+  }
+  wait_for_previous_kernel();
+
+  // This thread's run of x in the first chunk of a window; chunk c's is c runs further.
+  constexpr int kStagedChunkFloats = kChunkRows * kRows;
+  const float* thread_x = shared + staged_x_index<kRows>(k_group, 0);
+  float sums[kRows][4] = {};
+  for (int window = 0; window < range.count; window += kDirectXWindowChunks) {
+    const int window_chunks = min(kDirectXWindowChunks, range.count - window);
+    if (window > 0) __syncthreads();  // every thread is done with the last window's x
+    stage_x<kRows, kXVector>(a, (range.first + window) * kChunkRows, window_chunks, shared);
+    __syncthreads();
+    for (int chunk = 0; chunk < window_chunks; chunk += kDirectChunksAhead) {
+#pragma unroll
+      for (int i = 0; i < kDirectChunksAhead; ++i) {
+        if (chunk + i >= window_chunks) break;  // the same for the whole block
+        // x of this thread's two inputs, each for every row: [step][row].
+        const float* run = thread_x + (chunk + i) * kStagedChunkFloats;
+        float x_values[kDirectStepsPerChunk * kRows];
+#pragma unroll
+        for (int q = 0; q < kDirectStepsPerChunk * kRows / 4; ++q) {
+          const float4 four = reinterpret_cast<const float4*>(run)[q];
+          x_values[4 * q] = four.x;
+          x_values[4 * q + 1] = four.y;
+          x_values[4 * q + 2] = four.z;
+          x_values[4 * q + 3] = four.w;
+        }
+#pragma unroll
+        for (int step = 0; step < kDirectStepsPerChunk; ++step) {
+          const float4 w = pieces[i][step];
+#pragma unroll
+          for (int row = 0; row < kRows; ++row) {
+            const float x_k = x_values[step * kRows + row];
+            sums[row][0] = fmaf(x_k, w.x, sums[row][0]);
+            sums[row][1] = fmaf(x_k, w.y, sums[row][1]);
+            sums[row][2] = fmaf(x_k, w.z, sums[row][2]);
+            sums[row][3] = fmaf(x_k, w.w, sums[row][3]);
+          }
+        }
+        request_next(pieces[i]);
+      }
+    }
+  }
+  allow_next_kernel_to_launch();  // this block's weight is all read
+
+  // Lanes l and l + 16 hold k-groups 2 w and 2 w + 1 of the same columns: the lower
+  // half adds the upper's sums to its own and stores the warp's tile.
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int row = 0; row < kRows; ++row)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sums[row][j] += __shfl_down_sync(0xffffffffu, sums[row][j], 16);
+  __syncthreads();  // the tiles overwrite the staged x
+  if (lane < kDirectPiecesPerRow) {
+    float* warp_tile = shared + warp * kRows * kTileStride;
+#pragma unroll
+    for (int row = 0; row < kRows; ++row)
+      *reinterpret_cast<float4*>(warp_tile + row * kTileStride + column) =
+          make_float4(sums[row][0], sums[row][1], sums[row][2], sums[row][3]);
+  }
+  finish_tile<kRows>(a, tile, split, shared, kWarps);
 }
 
 // ---------------------------------------------------------------- tf32: mma.sync
@@ -494,9 +709,11 @@ KernelPointer kernel_for(int rows, DecodePrecision precision, bool x_vector) {
   }
   switch (rows) {
     case 2:
-      return x_vector ? decode_matmul_fp32_kernel<2, true> : decode_matmul_fp32_kernel<2, false>;
+      return x_vector ? decode_matmul_fp32_direct_kernel<2, true>
+                      : decode_matmul_fp32_direct_kernel<2, false>;
     case 8:
-      return x_vector ? decode_matmul_fp32_kernel<8, true> : decode_matmul_fp32_kernel<8, false>;
+      return x_vector ? decode_matmul_fp32_direct_kernel<8, true>
+                      : decode_matmul_fp32_direct_kernel<8, false>;
     case 16:
       return x_vector ? decode_matmul_fp32_kernel<16, true> : decode_matmul_fp32_kernel<16, false>;
     case 32:

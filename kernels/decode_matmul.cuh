@@ -38,6 +38,10 @@
 // to 16 rows), 24 KiB (56), and two blocks per multiprocessor, 48 KiB (112); Little's law
 // asks ~4.3 TB/s x ~700 ns = ~3 MB over the chip, ~23 KiB per multiprocessor at the
 // memory's idle latency, more as the latency grows under load.
+// fp32 row tiles of up to 8 rows keep the weight out of shared memory: each thread loads
+// its 16-byte pieces of the run straight into registers, four chunks ahead (32 KiB a
+// block; three blocks a multiprocessor at 2 rows, two at 8), x is staged once in shared
+// memory, and no barrier is needed per chunk (decode_matmul_fp32_direct_kernel).
 // Sums, in a fixed order (bit-identical repeat runs, no float atomics): each warp over
 // its rows in order; the warps of a block in warp order; with S > 1 the splits in split
 // order: every block writes its partial tile to the workspace and bumps the tile's

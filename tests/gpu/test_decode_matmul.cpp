@@ -249,24 +249,26 @@ TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
   DecodeQueue first;
   DecodeQueue second;
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    // B = 1 and 8: fp32's register-direct row tiles; B = 32: the shared-memory pipeline.
     for (const Shape shape : {Shape{3072, 768}, Shape{768, 2304}, Shape{768, 50257}}) {
-      const int B = 32;
-      CAPTURE(shape.K, shape.N, static_cast<int>(precision));
-      const DecodeMatmulPlan plan =
-          plan_decode_matmul(B, shape.K, shape.N, first.workspace.multiprocessors(), precision);
-      CAPTURE(plan.splits);
-      const PackedWeight weight(rng, shape.K, shape.N);
-      const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
-      const test::DeviceArray<float> x(test::random_matrix(rng, B, shape.K, -1.0f, 1.0f));
-      const std::vector<float> first_bits =
-          run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
-                      DecodeEpilogue::kBiasGelu, precision);
-      for (int repeat = 0; repeat < 3; ++repeat) {
-        CHECK(run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+      for (const int B : {1, 8, 32}) {
+        CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
+        const DecodeMatmulPlan plan =
+            plan_decode_matmul(B, shape.K, shape.N, first.workspace.multiprocessors(), precision);
+        CAPTURE(plan.splits);
+        const PackedWeight weight(rng, shape.K, shape.N);
+        const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
+        const test::DeviceArray<float> x(test::random_matrix(rng, B, shape.K, -1.0f, 1.0f));
+        const std::vector<float> first_bits =
+            run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
+                        DecodeEpilogue::kBiasGelu, precision);
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          CHECK(run_product(first, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K,
+                            shape.N, DecodeEpilogue::kBiasGelu, precision) == first_bits);
+        }
+        CHECK(run_product(second, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
                           DecodeEpilogue::kBiasGelu, precision) == first_bits);
       }
-      CHECK(run_product(second, x.get(), weight.packed.get(), bias.get(), {}, B, shape.K, shape.N,
-                        DecodeEpilogue::kBiasGelu, precision) == first_bits);
     }
   }
 }
