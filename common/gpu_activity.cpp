@@ -72,7 +72,14 @@ std::string api_call_name(CUpti_ActivityKind kind, CUpti_CallbackId id) {
                                           ? CUPTI_CB_DOMAIN_RUNTIME_API
                                           : CUPTI_CB_DOMAIN_DRIVER_API;
   if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return "";
-  return name;
+  // CUPTI names runtime calls with the version that introduced them
+  // ("cudaGraphLaunch_v10000"): the name a reader knows is the part before.
+  std::string call = name;
+  const std::size_t version = call.rfind("_v");
+  if (version != std::string::npos && version + 2 < call.size() &&
+      call.find_first_not_of("0123456789", version + 2) == std::string::npos)
+    call.resize(version);
+  return call;
 }
 
 /// Whether a runtime call launches a CUDA graph (plain, or with per-thread default streams).
