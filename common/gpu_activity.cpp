@@ -72,14 +72,7 @@ std::string api_call_name(CUpti_ActivityKind kind, CUpti_CallbackId id) {
                                           ? CUPTI_CB_DOMAIN_RUNTIME_API
                                           : CUPTI_CB_DOMAIN_DRIVER_API;
   if (cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) return "";
-  // CUPTI names runtime calls with the version that introduced them
-  // ("cudaGraphLaunch_v10000"): the name a reader knows is the part before.
-  std::string call = name;
-  const std::size_t version = call.rfind("_v");
-  if (version != std::string::npos && version + 2 < call.size() &&
-      call.find_first_not_of("0123456789", version + 2) == std::string::npos)
-    call.resize(version);
-  return call;
+  return call_name_without_version(name);
 }
 
 /// Whether a runtime call launches a CUDA graph (plain, or with per-thread default streams).
@@ -187,6 +180,15 @@ ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals) {
   timeline.span_seconds = static_cast<double>(current_end - intervals.front().start) * 1e-9;
   timeline.idle_between_steps_seconds = static_cast<double>(between_steps) * 1e-9;
   return timeline;
+}
+
+std::string call_name_without_version(std::string name) {
+  // CUPTI names runtime calls with the version that introduced them: "_v" and digits.
+  const std::size_t version = name.rfind("_v");
+  if (version != std::string::npos && version + 2 < name.size() &&
+      name.find_first_not_of("0123456789", version + 2) == std::string::npos)
+    name.resize(version);
+  return name;
 }
 
 double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals) {

@@ -50,6 +50,10 @@ struct ActivityTimeline {
 /// arithmetic, so that it is tested without a GPU.
 ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals);
 
+/// A CUDA call's name as a reader knows it: CUPTI's name without the version suffix it
+/// gives runtime calls ("cudaGraphLaunch_v10000" -> "cudaGraphLaunch"); others unchanged.
+std::string call_name_without_version(std::string name);
+
 /// Length in seconds of the union of [start, end) intervals in ns (any order, overlaps
 /// allowed): the host time covered by API calls, nested or not.
 double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);

@@ -93,3 +93,13 @@ TEST_CASE("per-step trace columns divide by the steps launched, a speculative on
   ladder::fill_traced_columns(activity, in_order, row);
   CHECK(row.kernels_per_step == Approx(10.0));
 }
+
+TEST_CASE("a CUDA call's name loses CUPTI's version suffix, and nothing else", "[gpu activity]") {
+  CHECK(ladder::call_name_without_version("cudaGraphLaunch_v10000") == "cudaGraphLaunch");
+  CHECK(ladder::call_name_without_version("cudaLaunchKernelExC_v11060") == "cudaLaunchKernelExC");
+  CHECK(ladder::call_name_without_version("cuLaunchKernel") == "cuLaunchKernel");  // driver
+  CHECK(ladder::call_name_without_version("cuMemMap_v2") == "cuMemMap");
+  CHECK(ladder::call_name_without_version("cudaFoo_v") == "cudaFoo_v");        // no digits
+  CHECK(ladder::call_name_without_version("cuda_v1x") == "cuda_v1x");          // not only digits
+  CHECK(ladder::call_name_without_version("").empty());
+}
