@@ -70,6 +70,21 @@ limited() {
   return $status
 }
 time_limit_reached=0
+# first_cmake_error LOG: the text of the first "CMake Error" in a configure log, on one
+# line, and where the package is Debian's catch2 or nlohmann-json3-dev, how to bring it to
+# a machine without apt access (the GPU machines of a device tool: their catch2 is 3.x).
+first_cmake_error() {
+  local message
+  message=$(awk '/CMake Error/ { found = 1; next }
+                 found && NF { printf "%s ", $0; lines++ }
+                 found && lines && !NF { exit }' "$1" | tr -s ' \t' ' ' | sed 's/^ *//; s/ *$//' | cut -c1-240)
+  [ -n "$message" ] || message="no CMake Error in the log"
+  case $message in
+    *Catch2* | *nlohmann*)
+      message+="; Debian's catch2 2.13 and nlohmann-json3-dev are needed: apt-get install them, or put their .deb files in .deps/ (apt-get download catch2 nlohmann-json3-dev) for this script to unpack" ;;
+  esac
+  echo "$message"
+}
 
 if ls .deps/*.deb >/dev/null 2>&1; then
   mkdir -p /tmp/ladder-deps
@@ -95,13 +110,16 @@ if wants test || wants kernels || wants hf || wants serving || wants sanitize ||
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
-  if cmake --preset "$LADDER_PRESET" "${extra[@]}" > "$out/logs/configure.log" 2>&1 &&
-     limited cmake --build --preset "$LADDER_PRESET" -j "$(nproc)" > "$out/logs/build.log" 2>&1; then
-    note "build: ok in $(( $(date +%s) - start )) s"
-  else
-    note "build: FAILED"; tail -40 "$out/logs/configure.log" "$out/logs/build.log"
+  if ! cmake --preset "$LADDER_PRESET" "${extra[@]}" > "$out/logs/configure.log" 2>&1; then
+    # The summary names CMake's first error, so a failed call says why in its last lines.
+    note "build: FAILED to configure (logs/configure.log): $(first_cmake_error "$out/logs/configure.log")"
+    tail -n 40 "$out/logs/configure.log"
+    printf '%s\n' "${summary[@]}" > "$out/summary.txt"; exit 1
+  elif ! limited cmake --build --preset "$LADDER_PRESET" -j "$(nproc)" > "$out/logs/build.log" 2>&1; then
+    note "build: FAILED (logs/build.log)"; tail -n 40 "$out/logs/build.log"
     printf '%s\n' "${summary[@]}" > "$out/summary.txt"; exit 1
   fi
+  note "build: ok in $(( $(date +%s) - start )) s"
 fi
 
 if wants kernels; then
