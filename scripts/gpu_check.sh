@@ -253,8 +253,12 @@ if wants sanitize; then
     mkdir -p "$out/logs/racecheck"
     clean=0
     failed=()
+    # LADDER_SANITIZE_FROM=K starts at the K-th case listed (1-based; the earlier ones
+    # counted as not run), so that a later call goes on where a time limit stopped one.
+    from=${LADDER_SANITIZE_FROM:-1}
     for i in "${!cases[@]}"; do
       case_name=${cases[$i]}
+      [ $((i + 1)) -lt "$from" ] && continue
       slug=$(printf '%s' "$case_name" | tr -c 'A-Za-z0-9' _)
       [ ${#slug} -gt 60 ] && slug="${slug:0:40}-${slug: -19}"  # the end names the stage
       log=$out/logs/racecheck/$(printf '%02d' $((i + 1))).$slug.log
@@ -284,6 +288,7 @@ if wants sanitize; then
     [ ${#cases[@]} -eq 0 ] && failed_list="none listed (no test case has those tags)"
     [ ${#failed[@]} -gt 0 ] && failed_list=$(printf '%s; ' "${failed[@]}") &&
       failed_list=${failed_list%; }
+    [ "$from" -gt 1 ] && note "racecheck gpu_tests: cases 1-$((from - 1)) not run (LADDER_SANITIZE_FROM=$from)"
     note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body cases left out); failed: $failed_list"
   fi
 fi
@@ -311,7 +316,10 @@ if wants micro; then
   mkdir -p "$out/bench"
   for program in "$build"/bench/*; do
     name=$(basename "$program")
-    [ "$name" = batching_schedule ] && continue  # CPU only: counts, no GPU
+    # Not GPU bench programs: batching_schedule counts on the CPU, compare_logits compares two
+    # --dump-logits files, allocator_host_cost replays the allocators on the host (no --batch;
+    # results/cpu/README.md runs it).
+    case $name in batching_schedule|compare_logits|allocator_host_cost) continue ;; esac
     [ -n "${LADDER_MICRO_PROGRAMS:-}" ] && ! echo " $LADDER_MICRO_PROGRAMS " | grep -q " $name " && continue
     batches=${LADDER_MICRO_BATCHES:-32 1}
     [ "$name" = decode_matmul ] && batches=all  # one run sweeps B = 1, 8, 32, 64
