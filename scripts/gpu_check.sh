@@ -26,8 +26,8 @@
 #             then the CPU test of the bf16 reference against it
 #   profile   Nsight Compute on one step of every chapter (scripts/profile_kernels.sh)
 #   product   Nsight Compute's full sections on one decode matmul of chapter 09: layer 0's
-#             c_fc (its third decode_matmul_fp32 launch), or the LM head with
-#             LADDER_NCU_PRODUCT=lm_head, at each B of LADDER_NCU_BATCHES ("32 64"):
+#             c_fc (its third decode_matmul_fp32 launch), or with LADDER_NCU_PRODUCT=c_attn,
+#             c_proj, mlp_proj or lm_head that product, at each B of LADDER_NCU_BATCHES ("32 64"):
 #             ncu_product/PRODUCT.bB.txt, its report PRODUCT.bB.ncu-rep and the per-instruction
 #             source counters PRODUCT.bB.sass.csv (results/experiments/c_fc_ncu/README.md
 #             reads c_fc's)
@@ -229,7 +229,9 @@ if wants sanitize; then
   # one Catch test case a process, each with its own time limit and log (logs/racecheck/),
   # so that a case that ends the process or hangs hides none of the others.
   # LADDER_SANITIZE_KERNELS=0 skips them (minutes); LADDER_SANITIZE_TAGS="[pdl]" takes
-  # those tags instead; LADDER_SANITIZE_TIMEOUT is each case's limit (300 s).
+  # those tags instead; LADDER_SANITIZE_TIMEOUT is each case's limit (300 s);
+  # LADDER_SANITIZE_FROM=K starts at the K-th case; LADDER_SANITIZE_CASES="7 11" runs
+  # those cases alone (their numbers in the listing, as the logs name them).
   if [ "${LADDER_SANITIZE_KERNELS:-1}" != 0 ]; then
     read -ra kernel_tags <<< "${LADDER_SANITIZE_TAGS:-[decode_matmul] [bf16]}"
     limit=${LADDER_SANITIZE_TIMEOUT:-300}
@@ -259,6 +261,8 @@ if wants sanitize; then
     for i in "${!cases[@]}"; do
       case_name=${cases[$i]}
       [ $((i + 1)) -lt "$from" ] && continue
+      [ -n "${LADDER_SANITIZE_CASES:-}" ] && ! echo " $LADDER_SANITIZE_CASES " | grep -q " $((i + 1)) " &&
+        continue
       slug=$(printf '%s' "$case_name" | tr -c 'A-Za-z0-9' _)
       [ ${#slug} -gt 60 ] && slug="${slug:0:40}-${slug: -19}"  # the end names the stage
       log=$out/logs/racecheck/$(printf '%02d' $((i + 1))).$slug.log
@@ -289,6 +293,7 @@ if wants sanitize; then
     [ ${#failed[@]} -gt 0 ] && failed_list=$(printf '%s; ' "${failed[@]}") &&
       failed_list=${failed_list%; }
     [ "$from" -gt 1 ] && note "racecheck gpu_tests: cases 1-$((from - 1)) not run (LADDER_SANITIZE_FROM=$from)"
+    [ -n "${LADDER_SANITIZE_CASES:-}" ] && note "racecheck gpu_tests: only cases $LADDER_SANITIZE_CASES run (LADDER_SANITIZE_CASES)"
     note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body cases left out); failed: $failed_list"
   fi
 fi
@@ -363,9 +368,12 @@ if wants product; then
   # per layer c_attn, c_proj, c_fc, mlp proj (launches 4 l .. 4 l + 3), then the LM head (48).
   product=${LADDER_NCU_PRODUCT:-c_fc}
   case $product in
+    c_attn) skip=0 ;;
+    c_proj) skip=1 ;;
     c_fc) skip=2 ;;
+    mlp_proj) skip=3 ;;
     lm_head) skip=48 ;;
-    *) skip= ; note "product: LADDER_NCU_PRODUCT=$product is not c_fc or lm_head: nothing profiled" ;;
+    *) skip= ; note "product: LADDER_NCU_PRODUCT=$product is not c_attn, c_proj, c_fc, mlp_proj or lm_head: nothing profiled" ;;
   esac
   for batch in ${LADDER_NCU_BATCHES:-32 64}; do
     [ -n "$skip" ] || break
