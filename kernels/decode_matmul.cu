@@ -377,7 +377,7 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 //         rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
 //         thread loads 4 float4 of W and one float4 of x per row (a broadcast: all 16
 //         lanes of a half-warp read the same address) for 16 FFMA per row.
-// Promises: LDGSTS.E.BYPASS.128 ACQBULK PREEXIT
+// Promises: LDGSTS.E.BYPASS.128 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
@@ -504,7 +504,7 @@ __device__ __forceinline__ void stage_x(const DecodeMatmulArguments& a, int firs
 //         its 2 kRows values of x in one run of shared memory (a broadcast to the 16 lanes
 //         of a half-warp) for 8 kRows FFMA. The warp's two k-groups add by a shuffle
 //         (the lower first), and the 8 warps' tiles go to the tail in warp order.
-// Promises: LDG.E.NA.128.CONSTANT ACQBULK PREEXIT
+// Promises: LDG.E.NA.128.CONSTANT ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRows))
     decode_matmul_fp32_direct_kernel(const DecodeMatmulArguments a) {
@@ -640,7 +640,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
 //         tiles, all kRows / 16 m16 tiles of rows, the chunk's k8 steps w / 4 and
 //         w / 4 + 2. Lane l = 4 g + t holds the PTX fragments: a (rows g, g + 8; k t,
 //         t + 4), b (k t, t + 4; column g), d (rows g, g + 8; columns 2 t, 2 t + 1).
-// Promises: LDGSTS.E.BYPASS.128 HMMA.1688.F32.TF32 ACQBULK PREEXIT
+// Promises: LDGSTS.E.BYPASS.128 HMMA.1688.F32.TF32 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {
@@ -763,7 +763,8 @@ void run_product(const char* launcher, const ProductPointers& p, int B, int K, i
                   static_cast<unsigned int>(plan.column_tiles));
   decode_common::launch_product_kernel(
       kernel_for(plan.row_tile, precision, x_vector), grid,
-      static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)), arguments, stream);
+      static_cast<std::size_t>(shared_bytes(plan.row_tile, precision)), arguments, workspace,
+      stream);
 }
 
 /// The floats of the [rows, columns] device matrix at `device`, on the host.
@@ -888,19 +889,36 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
   try {
     CUDA_CHECK(cudaMemset(tile_counters_, 0,
                           static_cast<std::size_t>(tile_counter_count_) * sizeof(unsigned int)));
+    // Thread-block clusters (compute capability 9.0 on): of up to 16 blocks where every
+    // kernel, fp32, tf32 and bf16, allows that size; else of the portable 8.
+    bool large_clusters = major >= 9;
     for (const KernelVariant variant : kVariants) {
       for (const bool x_vector : {false, true}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel_for(variant.rows, variant.precision, x_vector),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+        const auto kernel = kernel_for(variant.rows, variant.precision, x_vector);
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         shared_bytes(variant.rows, variant.precision)));
+        if (large_clusters) large_clusters = decode_common::allow_large_clusters(kernel);
       }
     }
+    if (large_clusters) large_clusters = decode_common::allow_large_clusters_bf16();
+    cluster_splits_ = major < 9 ? 0 : large_clusters ? decode_common::kMaxClusterBlocks : 8;
+    residency_.reserve(32);  // 16 fp32/tf32 and 12 bf16 kernels, one size each: no later growth
     CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any launch
   } catch (...) {
     cudaFree(partials_);
     cudaFree(tile_counters_);
     throw;
   }
+}
+
+int DecodeMatmulWorkspace::resident_blocks(const void* kernel, std::size_t shared_bytes) {
+  for (const Residency& known : residency_)
+    if (known.kernel == kernel && known.shared_bytes == shared_bytes) return known.blocks;
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, decode_common::kThreads,
+                                                           shared_bytes));
+  residency_.push_back(Residency{kernel, shared_bytes, blocks});
+  return blocks;
 }
 
 DecodeMatmulWorkspace::~DecodeMatmulWorkspace() {

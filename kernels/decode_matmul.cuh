@@ -47,6 +47,16 @@
 // order: every block writes its partial tile to the workspace and bumps the tile's
 // integer counter, and the block that arrives last adds the S partials, 0 to S - 1,
 // applies the epilogue and resets the counter for the next launch.
+// Thread-block clusters (sm_90 on) shorten that tail: where 1 < S <= 16 and the grid
+// takes at most 85% of one wave's resident blocks, the S blocks of a column tile launch
+// as one cluster; after a cluster barrier the last one reads the others' partial tiles
+// straight from their shared memory (distributed shared memory) and adds them in the
+// same order, 0 to S - 1. The same bits, without the partials' round trip through L2,
+// the two device-wide fences and the atomic; a second barrier keeps every block
+// resident until its partial has been read. From the plans on the H200's 132
+// multiprocessors: c_proj (S = 12) and c_attn (S = 6) at every B, c_fc at fp32 B <= 2,
+// and all four layer products in bf16 (64-input chunks: c_fc S = 4, the MLP's c_proj 16).
+// In the sm_90 SASS the cluster barrier is UCGABAR_ARV and UCGABAR_WAIT (promised).
 //
 // Programmatic dependent launch (DecodeLaunch::kProgrammatic, sm_90 and later): the
 // launch carries cudaLaunchAttributeProgrammaticStreamSerialization, so the product's
@@ -180,7 +190,8 @@ class PackedDecodeModel {
 /// sized for every product the launchers accept on the current device, and the kernels'
 /// shared-memory limits raised. Construct it once, before the loop (and before a graph
 /// capture); it allocates nothing afterwards. Two products running at once on one
-/// workspace would mix their partial sums: keep one workspace per stream.
+/// workspace would mix their partial sums: keep one workspace per stream, used by one host
+/// thread at a time (it also remembers the kernels' occupancy and counts cluster launches).
 class DecodeMatmulWorkspace {
  public:
   /// Throws ladder::CudaError when the allocation or an attribute call fails.
@@ -193,6 +204,22 @@ class DecodeMatmulWorkspace {
   /// Whether the device runs programmatic dependent launches (compute capability 9.0
   /// on); where it does not, DecodeLaunch::kProgrammatic launches plainly.
   bool programmatic_launches() const { return programmatic_launches_; }
+  /// The most splits of K one thread-block cluster holds on this device: 16 on compute
+  /// capability 9.0 on (8, the portable size, where a kernel refuses 16), 0 before it.
+  /// A product with 1 < S <= cluster_splits() whose grid leaves room in one wave sums its
+  /// splits within the cluster, in distributed shared memory; others, in the workspace.
+  int cluster_splits() const { return cluster_splits_; }
+  /// From now on every split product sums through the workspace, none in a cluster (the
+  /// same bits: the tests and benches compare the two paths with it).
+  void disable_cluster_splits() { cluster_splits_ = 0; }
+  /// Products launched in clusters on this workspace so far.
+  long long cluster_launches() const { return cluster_launches_; }
+  /// Counts one launch in clusters (launch_product_kernel, decode_matmul_common.cuh).
+  void count_cluster_launch() { ++cluster_launches_; }
+  /// Blocks of `kernel` (256 threads, `shared_bytes` of dynamic shared memory) resident
+  /// on one multiprocessor at once: cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked
+  /// once per kernel and size and remembered. Throws ladder::CudaError when the query fails.
+  int resident_blocks(const void* kernel, std::size_t shared_bytes);
   float* partials() const { return partials_; }
   std::size_t partial_floats() const { return partial_floats_; }
   unsigned int* tile_counters() const { return tile_counters_; }
@@ -201,6 +228,14 @@ class DecodeMatmulWorkspace {
  private:
   int multiprocessors_ = 0;
   bool programmatic_launches_ = false;
+  int cluster_splits_ = 0;
+  long long cluster_launches_ = 0;
+  struct Residency {
+    const void* kernel;
+    std::size_t shared_bytes;
+    int blocks;
+  };
+  std::vector<Residency> residency_;  // resident_blocks' answers so far
   float* partials_ = nullptr;
   std::size_t partial_floats_ = 0;
   unsigned int* tile_counters_ = nullptr;

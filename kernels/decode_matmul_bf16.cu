@@ -82,7 +82,7 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
 // Grid:   (S, T) blocks of 256 threads; warp w: columns 16 (w % 4) .. + 15, inputs
 //         32 (w / 4) .. + 31 of each chunk; lane 4 g + u: W column 8 n8 + g and x rows
 //         g, g + 8 of each m16 tile, inputs 8 u .. 8 u + 7 (decode_matmul_bf16.cuh).
-// Promises: LDG.E.128 HMMA.16816.F32.BF16 ACQBULK PREEXIT
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector, typename Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
@@ -193,10 +193,21 @@ void run_product(const char* launcher, const __nv_bfloat16* x, const __nv_bfloat
   const dim3 grid(static_cast<unsigned int>(plan.splits),
                   static_cast<unsigned int>(plan.column_tiles));
   decode_common::launch_product_kernel(kernel_for<Out>(plan.row_tile, x_vector), grid,
-                                       /*shared_bytes=*/0, arguments, stream);
+                                       /*shared_bytes=*/0, arguments, workspace, stream);
 }
 
 }  // namespace
+
+bool decode_common::allow_large_clusters_bf16() {
+  for (const int rows : {16, 32, 64}) {
+    for (const bool x_vector : {false, true}) {
+      if (!decode_common::allow_large_clusters(kernel_for<__nv_bfloat16>(rows, x_vector)) ||
+          !decode_common::allow_large_clusters(kernel_for<float>(rows, x_vector)))
+        return false;
+    }
+  }
+  return true;
+}
 
 DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessors) {
   const int row_tile = B <= 16 ? 16 : B <= 32 ? 32 : 64;  // mma.sync takes rows 16 at a time

@@ -1,7 +1,8 @@
 // kernels/decode_matmul_common.cuh - what the fp32/tf32 and the bf16 decode matmuls
 // (decode_matmul.cu, decode_matmul_bf16.cu) share: the kernels' argument struct and the
 // host checks that fill it, and the end of every kernel - the k-groups of warps summed
-// in group order, the splits of K summed in split order by the block that arrives last,
+// in group order, the splits of K summed in split order (in a thread-block cluster's
+// distributed shared memory, or through the workspace by the block that arrives last),
 // and the epilogue (bias, GELU, residual, the LM head's candidates) on the finished tile.
 //
 // A block ends with its partial tile of [rows][kTileStride] floats in shared memory, one
@@ -10,6 +11,7 @@
 // to nearest even, when it is stored (common/reference.hpp, points R4, R6, R7).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -51,9 +53,12 @@ struct DecodeMatmulArguments {
   int splits;
   int chunks_per_split;
   DecodeEpilogue epilogue;
-  bool out_pairs;     ///< N even and out aligned to two outputs: paired stores
-  bool programmatic;  ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic,
-                      ///< on a device that runs them)
+  bool out_pairs;       ///< N even and out aligned to two outputs: paired stores
+  bool programmatic;    ///< launched as a programmatic dependent (DecodeLaunch::kProgrammatic,
+                        ///< on a device that runs them)
+  bool cluster_splits;  ///< S > 1 and the S blocks of a column tile are one thread-block
+                        ///< cluster (rank = split): the partials are summed from the
+                        ///< blocks' shared memory, not through the workspace
 };
 
 // ---------------------------------------------------------------- host side
@@ -157,25 +162,78 @@ DecodeMatmulArguments<Element, Output> product_arguments(
                         reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
   arguments.programmatic =
       launch == DecodeLaunch::kProgrammatic && workspace.programmatic_launches();
+  arguments.cluster_splits = plan.splits > 1 && plan.splits <= workspace.cluster_splits();
   return arguments;
+}
+
+/// The most blocks one thread-block cluster holds where the device allows more than the
+/// portable 8 (compute capability 9.0: 16, cudaFuncAttributeNonPortableClusterSizeAllowed).
+constexpr int kMaxClusterBlocks = 16;
+
+/// Lets `kernel` launch in clusters of up to kMaxClusterBlocks blocks; false where the
+/// device refuses (the error is cleared: it is an answer, not a failure).
+template <typename Arguments>
+bool allow_large_clusters(void (*kernel)(Arguments)) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+/// allow_large_clusters for every bf16 kernel (decode_matmul_bf16.cu); the workspace's
+/// constructor calls it.
+bool allow_large_clusters_bf16();
+
+/// Whether a grid of `blocks` blocks of `kernel` leaves enough of one wave free to be
+/// placed in clusters: a cluster's blocks must all sit in one GPC at once, and a grid that
+/// fills nearly every resident slot leaves clusters to a second wave. At most 85% of the
+/// slots: on the H200, c_fc's 240 blocks of 264 slots ran slower in clusters and c_attn's
+/// 216 faster (results/experiments/cluster_splits/README.md).
+template <typename Arguments>
+bool clusters_fit_one_wave(void (*kernel)(Arguments), long long blocks, std::size_t shared_bytes,
+                           DecodeMatmulWorkspace& workspace) {
+  const long long slots = static_cast<long long>(workspace.resident_blocks(
+                              reinterpret_cast<const void*>(kernel), shared_bytes)) *
+                          workspace.multiprocessors();
+  return blocks * 100 <= 85 * slots;
 }
 
 /// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
 /// memory; when arguments.programmatic it carries the programmatic stream serialization
-/// attribute (decode_matmul.cuh), otherwise it is a plain launch.
+/// attribute (decode_matmul.cuh), and when arguments.cluster_splits and the grid leaves
+/// room (clusters_fit_one_wave) the cluster shape (grid.x = S, 1, 1): the S splits of one
+/// column tile; otherwise the splits go through the workspace.
 template <typename Arguments>
 void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
-                           const Arguments& arguments, cudaStream_t stream) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+                           Arguments arguments, DecodeMatmulWorkspace& workspace,
+                           cudaStream_t stream) {
+  if (arguments.cluster_splits) {
+    arguments.cluster_splits = clusters_fit_one_wave(
+        kernel, static_cast<long long>(grid.x) * grid.y, shared_bytes, workspace);
+  }
+  cudaLaunchAttribute attributes[2]{};
+  unsigned int count = 0;
+  if (arguments.programmatic) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (arguments.cluster_splits) {
+    workspace.count_cluster_launch();
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = grid.x;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = arguments.programmatic ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, arguments));
   CUDA_CHECK_LAUNCH(stream);
 }
@@ -226,8 +284,39 @@ template <typename Arguments>
 __device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int split,
                                               float* tile_values) {
   if (a.splits == 1) return true;
-  __shared__ bool last_to_arrive;
   constexpr int kQuads = kTileColumns / 4;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (a.cluster_splits) {
+    // The tile's S blocks are one cluster, block rank s = split s: each partial stays in
+    // its block's shared memory, and the last rank reads them all there (distributed
+    // shared memory) and adds them in split order, 0 to S - 1, as the workspace path does:
+    // the same bits, without the partials' round trip through L2, the fences and the
+    // counter's atomic.
+    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();  // every split's partial is in its block's shared memory
+    const bool summing = split == a.splits - 1;
+    if (summing) {
+      for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
+        const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
+        float4 sum =
+            *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile_values, 0) + offset);
+#pragma unroll 4
+        for (int s = 1; s < a.splits; ++s) {
+          const float4 more = *reinterpret_cast<const float4*>(
+              cluster.map_shared_rank(tile_values, static_cast<unsigned int>(s)) + offset);
+          sum.x += more.x;
+          sum.y += more.y;
+          sum.z += more.z;
+          sum.w += more.w;
+        }
+        *reinterpret_cast<float4*>(tile_values + offset) = sum;
+      }
+    }
+    cluster.sync();  // no block exits while its partial may still be read; the sum is whole
+    return summing;
+  }
+#endif
+  __shared__ bool last_to_arrive;
   const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
   const auto partial = [&](int s) {
     return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;

@@ -2,9 +2,9 @@
 # scripts/install_dependencies.sh - makes sure the build has what it needs.
 #
 # Needs: the CUDA 13 toolkit (nvcc on PATH), CMake >= 3.25, Ninja, g++, and Debian's
-# catch2 and nlohmann-json3-dev, and cuobjdump (pip's nvidia-cuda-cuobjdump when the
-# toolkit has none). On Debian/Ubuntu as root, missing packages are
-# installed with apt-get; otherwise the exact command to run is printed.
+# catch2 and nlohmann-json3-dev, and cuobjdump and nvdisasm (pip's nvidia-cuda-cuobjdump
+# and nvidia-cuda-nvdisasm when the toolkit has none). On Debian/Ubuntu as root, missing
+# packages are installed with apt-get; otherwise the exact command to run is printed.
 # With LADDER_DEPS_PREFIX set (a folder holding unpacked .deb files, as the GPU
 # machine uses), the headers are taken from there instead.
 set -euo pipefail
@@ -45,6 +45,14 @@ if ! command -v cuobjdump >/dev/null && ! command -v "$(dirname "$(command -v nv
   echo "installing: nvidia-cuda-cuobjdump (pip)"
   python3 -m pip install --quiet nvidia-cuda-cuobjdump ||
     problems+=("cuobjdump missing; run: python3 -m pip install nvidia-cuda-cuobjdump")
+fi
+# cuobjdump -sass runs nvdisasm, which it looks for beside itself or on PATH (without it:
+# "Could not find executable file 'nvdisasm'", and the report finds no SASS).
+if ! command -v nvdisasm >/dev/null && ! command -v "$(dirname "$(command -v nvcc)")/nvdisasm" >/dev/null &&
+   ! python3 -c "import glob, sys; sys.exit(not any(glob.glob(p + '/nvidia/cu*/bin/nvdisasm') for p in sys.path))" 2>/dev/null; then
+  echo "installing: nvidia-cuda-nvdisasm (pip)"
+  python3 -m pip install --quiet nvidia-cuda-nvdisasm ||
+    problems+=("nvdisasm missing; run: python3 -m pip install nvidia-cuda-nvdisasm")
 fi
 
 if [ ${#problems[@]} -gt 0 ]; then

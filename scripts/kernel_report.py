@@ -166,7 +166,10 @@ SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z
 def sass_instructions(cuobjdump, obj):
     """{(arch, mangled): Counter(opcode)} of one object."""
     result = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True)
-    if result.returncode != 0:
+    if "nvdisasm" in result.stderr:  # cuobjdump -sass runs it: without it, no SASS at all
+        fail(f"{cuobjdump} -sass needs nvdisasm beside it or on PATH (python3 -m pip install "
+             "nvidia-cuda-nvdisasm, or run scripts/install_dependencies.sh)")
+    if result.returncode != 0:  # an object without device code
         return {}
     instructions = {}
     arch = None

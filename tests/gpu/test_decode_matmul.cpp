@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -271,6 +272,42 @@ TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
       }
     }
   }
+}
+
+TEST_CASE("splits summed in a thread-block cluster give the workspace path's bits",
+          "[kernels][decode_matmul]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue clustered;
+  DecodeQueue plain;
+  plain.workspace.disable_cluster_splits();
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    // GPT-2's four layer products (S = 12 and 6 take clusters; c_fc's near-full grid and the
+    // MLP's S = 20 keep the workspace at most B), at each row tile.
+    for (const Shape shape :
+         {Shape{768, 768}, Shape{768, 2304}, Shape{768, 3072}, Shape{3072, 768}}) {
+      for (const int B : {1, 2, 5, 8, 13, 16, 31, 32, 47, 64}) {
+        CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
+        const PackedWeight weight(rng, shape.K, shape.N);
+        const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
+        const test::DeviceArray<float> x(test::random_matrix(rng, B, shape.K, -1.0f, 1.0f));
+        const std::vector<float> residual = test::random_matrix(rng, B, shape.N, -1.0f, 1.0f);
+        for (const DecodeEpilogue epilogue :
+             {DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual}) {
+          const std::vector<float> in_clusters =
+              run_product(clustered, x.get(), weight.packed.get(), bias.get(), residual, B, shape.K,
+                          shape.N, epilogue, precision);
+          const std::vector<float> through_workspace =
+              run_product(plain, x.get(), weight.packed.get(), bias.get(), residual, B, shape.K,
+                          shape.N, epilogue, precision);
+          CHECK(std::memcmp(in_clusters.data(), through_workspace.data(),
+                            in_clusters.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+  CHECK(plain.workspace.cluster_launches() == 0);
+  // Compute capability 9.0 on: c_proj's 12 x 12 blocks at least take the cluster path.
+  if (clustered.workspace.cluster_splits() > 0) CHECK(clustered.workspace.cluster_launches() > 0);
 }
 
 TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",

@@ -171,6 +171,42 @@ TEST_CASE("bf16 decode matmuls repeat bit for bit, split or not",
   }
 }
 
+TEST_CASE("bf16 splits summed in a thread-block cluster give the workspace path's bits",
+          "[kernels][decode_matmul][bf16]") {
+  LADDER_SEEDED_RNG(rng);
+  DecodeQueue clustered;
+  DecodeQueue plain;
+  plain.workspace.disable_cluster_splits();
+  for (const Shape shape :
+       {Shape{768, 768}, Shape{768, 2304}, Shape{768, 3072}, Shape{3072, 768}}) {
+    const PackedWeight weight(rng, shape.K, shape.N);
+    const std::vector<float> bias = test::random_bfloat16(rng, shape.N, -2.0f, 2.0f);
+    const test::DeviceBfloats bias_device(test::to_bfloat16_bits(bias));
+    for (const int B : {1, 9, 16, 17, 32, 33, 64}) {
+      CAPTURE(
+          B, shape.K, shape.N,
+          plan_decode_matmul_bf16(B, shape.K, shape.N, plain.workspace.multiprocessors()).splits);
+      const std::vector<float> x =
+          test::random_bfloat16(rng, static_cast<std::size_t>(B) * shape.K, -1.0f, 1.0f);
+      const test::DeviceBfloats x_device(test::to_bfloat16_bits(x));
+      const std::vector<float> residual =
+          test::random_bfloat16(rng, static_cast<std::size_t>(B) * shape.N, -1.0f, 1.0f);
+      for (const DecodeEpilogue epilogue :
+           {DecodeEpilogue::kBiasGelu, DecodeEpilogue::kBiasResidual}) {
+        const std::vector<float> in_clusters =
+            run_product(clustered, x_device, weight.packed, bias_device, residual, B, shape.K,
+                        shape.N, epilogue);
+        const std::vector<float> through_workspace = run_product(
+            plain, x_device, weight.packed, bias_device, residual, B, shape.K, shape.N, epilogue);
+        CHECK(std::memcmp(in_clusters.data(), through_workspace.data(),
+                          in_clusters.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  CHECK(plain.workspace.cluster_launches() == 0);
+  if (clustered.workspace.cluster_splits() > 0) CHECK(clustered.workspace.cluster_launches() > 0);
+}
+
 TEST_CASE("plan_decode_matmul_bf16 covers K exactly and fits the workspace",
           "[kernels][decode_matmul][bf16]") {
   DecodeQueue queue;
