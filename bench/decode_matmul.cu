@@ -8,18 +8,21 @@
 // first pass) - it prints the GPU microseconds per product and the weight bytes per
 // second, for the decode kernels in fp32 and TF32 and for cuBLASLt in fp32 and TF32
 // (bias and GELU in its epilogue; the residual add is a launch of its own there, as in
-// chapters 05-08). Then the step: 12 times the four layer products plus the LM head,
-// as the sum of the per-product times and as one timed sequence of the 49 launches,
-// against the floor: the step's weight bytes over the copy bandwidth. Last, programmatic
-// dependent launch on and off: one layer's four products and the step's 49, each chain
-// captured into a CUDA graph, plain launches against programmatic dependents; then the
-// chain the decode step really runs, with its LayerNorms and fused attention between the
-// products (chapter 09's step without the embedding and the argmax: LayerNorm, c_attn,
-// attention, c_proj, LayerNorm, c_fc, MLP c_proj per layer, the last LayerNorm and the
-// LM head), plain against programmatic products after a LayerNorm and an attention that
-// let them start only as they exit (LaunchDependents::kAtExit, as before they signalled)
-// or as they start (kAtStart, what the chapters run); in fp32 and TF32 (chapter 09's
-// kernels) and in bf16 (chapter 10's, on zeroed weights: timed, not verified here).
+// chapters 05-08), and the fp32 decode kernels once more with every split summed
+// through the workspace, none in a thread-block cluster (disable_cluster_splits: the
+// same bits, the tail the clusters replace). Then the step: 12 times the four layer
+// products plus the LM head, as the sum of the per-product times and as one timed
+// sequence of the 49 launches, against the floor: the step's weight bytes over the copy
+// bandwidth. Last, programmatic dependent launch on and off: one layer's four products
+// and the step's 49, each chain captured into a CUDA graph, plain launches against
+// programmatic dependents; then the chain the decode step really runs, with its
+// LayerNorms and fused attention between the products (chapter 09's step without the
+// embedding and the argmax: LayerNorm, c_attn, attention, c_proj, LayerNorm, c_fc, MLP
+// c_proj per layer, the last LayerNorm and the LM head), plain against programmatic
+// products after a LayerNorm and an attention that let them start only as they exit
+// (LaunchDependents::kAtExit, as before they signalled) or as they start (kAtStart, what
+// the chapters run); in fp32 and TF32 (chapter 09's kernels) and in bf16 (chapter 10's,
+// on zeroed weights: timed, not verified here).
 //
 // Each product is verified before it is timed: random x, weight and bias, the decode
 // kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
@@ -322,6 +325,8 @@ int run(int argc, char** argv) {
   ladder::LtMatmul lt_tf32(lt_workspace, ladder::LtMatmul::kRecommendedWorkspaceBytes,
                            /*allow_tf32=*/true);
   ladder::DecodeMatmulWorkspace workspace;
+  ladder::DecodeMatmulWorkspace workspace_without_clusters;
+  workspace_without_clusters.disable_cluster_splits();
 
   // Weights: enough copies of each product's weight to stream from HBM, at least one per
   // layer for the step sequence.
@@ -372,10 +377,10 @@ int run(int argc, char** argv) {
     std::printf(
         "\n## B = %d rows: GPU us per product (GB/s of weight), median of %d repeats\n\n"
         "| product | splits x tiles | copy floor | decode fp32 | decode tf32 | cuBLASLt fp32 | "
-        "cuBLASLt tf32 |\n|---|--:|--:|--:|--:|--:|--:|\n",
+        "cuBLASLt tf32 | decode fp32, no clusters |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
         B, kTimedRepeats);
     double floor_step = 0;
-    double step[4] = {0, 0, 0, 0};
+    double step[5] = {0, 0, 0, 0, 0};
     for (std::size_t i = 0; i < std::size(kProducts); ++i) {
       const Product& p = kProducts[i];
       const ProductWeights& w = weights[i];
@@ -392,7 +397,7 @@ int run(int argc, char** argv) {
                      p.name, B, fp32_error, tf32_error);
         return 1;
       }
-      double seconds[4];
+      double seconds[5];
       seconds[0] = seconds_per_product(s, w.copies, [&](int copy) {
         decode_call(p, w, copy, buffers, B, DecodePrecision::kFp32, workspace, s);
       });
@@ -403,13 +408,16 @@ int run(int argc, char** argv) {
           s, w.copies, [&](int copy) { lt_call(p, w, copy, buffers, B, lt_fp32, s); });
       seconds[3] = seconds_per_product(
           s, w.copies, [&](int copy) { lt_call(p, w, copy, buffers, B, lt_tf32, s); });
+      seconds[4] = seconds_per_product(s, w.copies, [&](int copy) {
+        decode_call(p, w, copy, buffers, B, DecodePrecision::kFp32, workspace_without_clusters, s);
+      });
       // The floor: the weight's bytes over the copy bandwidth (the repository's floor).
       const double floor_seconds = bytes / copy_bandwidth;
       const ladder::DecodeMatmulPlan plan = ladder::plan_decode_matmul(
           B, p.K, p.N, workspace.multiprocessors(), DecodePrecision::kFp32);
       std::printf("| %s | %d x %d | %.1f", p.name, plan.splits, plan.column_tiles,
                   floor_seconds * 1e6);
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < 5; ++v) {
         std::printf(" | %.1f (%.0f)", seconds[v] * 1e6, bytes / seconds[v] * 1e-9);
         step[v] += seconds[v] * p.per_step;
       }
@@ -441,9 +449,13 @@ int run(int argc, char** argv) {
     std::printf(" | %.1f", 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
                              lt_call(p, w, c, buffers, B, lt_fp32, s);
                            }));
+    std::printf(" | %.1f", 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
+                             lt_call(p, w, c, buffers, B, lt_tf32, s);
+                           }));
     std::printf(" | %.1f |\n",
                 1e6 * sequence([&](const Product& p, const ProductWeights& w, int c) {
-                  lt_call(p, w, c, buffers, B, lt_tf32, s);
+                  decode_call(p, w, c, buffers, B, DecodePrecision::kFp32,
+                              workspace_without_clusters, s);
                 }));
 
     // Programmatic dependent launch: chains of dependent products captured into one
