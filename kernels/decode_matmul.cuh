@@ -53,9 +53,11 @@
 // straight from their shared memory (distributed shared memory) and adds them in the
 // same order, 0 to S - 1. The same bits, without the partials' round trip through L2,
 // the two device-wide fences and the atomic; a second barrier keeps every block
-// resident until its partial has been read. From the plans on the H200's 132
-// multiprocessors: c_proj (S = 12) and c_attn (S = 6) at every B, c_fc at fp32 B <= 2,
-// and all four layer products in bf16 (64-input chunks: c_fc S = 4, the MLP's c_proj 16).
+// resident until its partial has been read. From the plans and the occupancy on the
+// H200's 132 multiprocessors: c_proj (S = 12) and c_attn (S = 6) at every B; c_fc (S = 5,
+// 240 blocks) where a multiprocessor holds 3 or more blocks (fp32 B <= 2, tf32 17-32
+// rows); all four layer products in bf16 (64-input chunks: c_fc S = 4, the MLP's c_proj
+// 16); the MLP's c_proj in fp32 and tf32 (S = 20) never.
 // In the sm_90 SASS the cluster barrier is UCGABAR_ARV and UCGABAR_WAIT (promised).
 //
 // Programmatic dependent launch (DecodeLaunch::kProgrammatic, sm_90 and later): the

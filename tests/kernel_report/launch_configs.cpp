@@ -159,8 +159,10 @@ cudaError_t cudaFuncSetAttribute(const void* /*function*/, cudaFuncAttribute /*a
 }
 
 // The decode matmuls ask how many blocks of a kernel fit on a multiprocessor, to decide
-// whether a split product launches in clusters (which this program does not record):
-// answered with the kernels' design bound of 2.
+// whether a split product launches in clusters. This program records neither that
+// decision nor the cluster shape, and cannot know the answer without a device: 2, the
+// kernels' __launch_bounds__ minimum (the H200 holds 2 of the fp32 and bf16 32-row tiles,
+// 4 of the tf32 one: docs/kernels.md, occupancy).
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* /*function*/,
                                                           int /*block_size*/,
                                                           std::size_t /*shared_bytes*/) {
