@@ -162,7 +162,6 @@ DecodeMatmulArguments<Element, Output> product_arguments(
                         reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
   arguments.programmatic =
       launch == DecodeLaunch::kProgrammatic && workspace.programmatic_launches();
-  arguments.cluster_splits = plan.splits > 1 && plan.splits <= workspace.cluster_splits();
   return arguments;
 }
 
@@ -201,17 +200,17 @@ bool clusters_fit_one_wave(void (*kernel)(Arguments), long long blocks, std::siz
 
 /// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
 /// memory; when arguments.programmatic it carries the programmatic stream serialization
-/// attribute (decode_matmul.cuh), and when arguments.cluster_splits and the grid leaves
-/// room (clusters_fit_one_wave) the cluster shape (grid.x = S, 1, 1): the S splits of one
-/// column tile; otherwise the splits go through the workspace.
+/// attribute (decode_matmul.cuh); and where its 1 < S <= workspace.cluster_splits() splits
+/// (grid.x) fit one wave (clusters_fit_one_wave) it launches in clusters of the S splits of
+/// a column tile (arguments.cluster_splits), otherwise they sum through the workspace.
 template <typename Arguments>
 void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
                            Arguments arguments, DecodeMatmulWorkspace& workspace,
                            cudaStream_t stream) {
-  if (arguments.cluster_splits) {
-    arguments.cluster_splits = clusters_fit_one_wave(
-        kernel, static_cast<long long>(grid.x) * grid.y, shared_bytes, workspace);
-  }
+  arguments.cluster_splits = arguments.splits > 1 &&
+                             arguments.splits <= workspace.cluster_splits() &&
+                             clusters_fit_one_wave(kernel, static_cast<long long>(grid.x) * grid.y,
+                                                   shared_bytes, workspace);
   cudaLaunchAttribute attributes[2]{};
   unsigned int count = 0;
   if (arguments.programmatic) {
@@ -277,6 +276,22 @@ __device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
   __syncthreads();
 }
 
+/// The S partial float4s that load(s) returns, added in split order, 0 to S - 1: the one
+/// order both ways of gathering the splits use, so both give the same bits.
+template <typename Load>
+__device__ __forceinline__ float4 sum_in_split_order(int splits, const Load& load) {
+  float4 sum = load(0);
+#pragma unroll 4
+  for (int s = 1; s < splits; ++s) {  // unrolled: several loads in flight
+    const float4 more = load(s);
+    sum.x += more.x;
+    sum.y += more.y;
+    sum.z += more.z;
+    sum.w += more.w;
+  }
+  return sum;
+}
+
 /// With S > 1: writes this block's tile to the workspace; the block that completes the
 /// tile's set sums the S partials in split order into `tile` and returns true, the
 /// others return false (and have nothing left to do). With S = 1: true at once.
@@ -298,18 +313,10 @@ __device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int 
     if (summing) {
       for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
         const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
-        float4 sum =
-            *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile_values, 0) + offset);
-#pragma unroll 4
-        for (int s = 1; s < a.splits; ++s) {
-          const float4 more = *reinterpret_cast<const float4*>(
+        *reinterpret_cast<float4*>(tile_values + offset) = sum_in_split_order(a.splits, [&](int s) {
+          return *reinterpret_cast<const float4*>(
               cluster.map_shared_rank(tile_values, static_cast<unsigned int>(s)) + offset);
-          sum.x += more.x;
-          sum.y += more.y;
-          sum.z += more.z;
-          sum.w += more.w;
-        }
-        *reinterpret_cast<float4*>(tile_values + offset) = sum;
+        });
       }
     }
     cluster.sync();  // no block exits while its partial may still be read; the sum is whole
@@ -339,16 +346,10 @@ __device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int 
   __threadfence();  // see the other blocks' partials, not stale lines
   for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
     const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
-    float4 sum = __ldcg(reinterpret_cast<const float4*>(partial(0) + offset));
-#pragma unroll 4
-    for (int s = 1; s < a.splits; ++s) {  // unrolled: several loads in flight
-      const float4 more = __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
-      sum.x += more.x;
-      sum.y += more.y;
-      sum.z += more.z;
-      sum.w += more.w;
-    }
-    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) = sum;
+    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) =
+        sum_in_split_order(a.splits, [&](int s) {
+          return __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
+        });
   }
   if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
   __syncthreads();
