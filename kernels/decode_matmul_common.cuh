@@ -319,7 +319,13 @@ __device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int 
         });
       }
     }
-    cluster.sync();  // no block exits while its partial may still be read; the sum is whole
+    // No block may exit while the last one still reads its partial. That needs the
+    // cluster barrier but not its release fence (MEMBAR.ALL.GPU in the SASS: this block
+    // wrote nothing the others read since the first barrier), so it arrives relaxed. The
+    // sum stays in the last block's shared memory, for its own threads: a block barrier.
+    __syncthreads();
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::
+                     : "memory");
     return summing;
   }
 #endif
