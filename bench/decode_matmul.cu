@@ -22,7 +22,8 @@
 // products after a LayerNorm and an attention that let them start only as they exit
 // (LaunchDependents::kAtExit, as before they signalled) or as they start (kAtStart, what
 // the chapters run); in fp32 and TF32 (chapter 09's kernels) and in bf16 (chapter 10's,
-// on zeroed weights: timed, not verified here).
+// on zeroed weights: timed, not verified here); and the plain and signal-at-start chains
+// once more with every split summed through the workspace, none in a cluster.
 //
 // Each product is verified before it is timed: random x, weight and bias, the decode
 // kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
@@ -499,7 +500,8 @@ int run(int argc, char** argv) {
         "GPU us per graph (median of %d)\n\n"
         "| chain, one graph | precision | plain | programmatic, LN and attention signal at exit "
         "| programmatic, signal at start | saved per product, at exit | saved per product "
-        "after LN or attention, start vs exit |\n|---|---|--:|--:|--:|--:|--:|\n",
+        "after LN or attention, start vs exit | plain, no clusters | programmatic, signal at "
+        "start, no clusters |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n",
         B, kTimedRepeats);
     for (const bool whole_step : {false, true}) {
       const int layers = whole_step ? kLayers : 1;
@@ -509,7 +511,8 @@ int run(int argc, char** argv) {
       for (const std::string precision : {"fp32", "tf32", "bf16"}) {
         const DecodePrecision decode_precision =
             precision == "tf32" ? DecodePrecision::kTf32 : DecodePrecision::kFp32;
-        const auto chain = [&](DecodeLaunch launch, LaunchDependents dependents) {
+        const auto chain = [&](DecodeLaunch launch, LaunchDependents dependents,
+                               ladder::DecodeMatmulWorkspace& products_workspace) {
           if (precision == "bf16") {
             const BetweenProducts<__nv_bfloat16>& between_bf16 = bfloat.between;
             return graph_seconds(s, [&] {
@@ -527,7 +530,8 @@ int run(int argc, char** argv) {
                                                          bfloat.x, B, kHeads, kC, s, dependents);
                   },
                   [&](std::size_t index, int layer) {
-                    bfloat_call(index, layer, bfloat, buffers, B, workspace, s, launch);
+                    bfloat_call(index, layer, bfloat, buffers, B, products_workspace, s,
+                                launch);
                   });
             });
           }
@@ -546,17 +550,29 @@ int run(int argc, char** argv) {
                 },
                 [&](std::size_t index, int layer) {
                   decode_call(kProducts[index], weights[index], layer, buffers, B, decode_precision,
-                              workspace, s, launch);
+                              products_workspace, s, launch);
                 });
           });
         };
-        const double plain = chain(DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit);
-        const double at_exit = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtExit);
-        const double at_start = chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
-        std::printf("| %s (%d launches, %d products) | %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
-                    whole_step ? "the step" : "one layer", launches, products, precision.c_str(),
-                    plain * 1e6, at_exit * 1e6, at_start * 1e6, (plain - at_exit) / products * 1e6,
-                    (at_exit - at_start) / after_primaries * 1e6);
+        const double plain =
+            chain(DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit, workspace);
+        const double at_exit =
+            chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtExit, workspace);
+        const double at_start =
+            chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart, workspace);
+        // The same chains with every split summed through the workspace: what the
+        // thread-block clusters do in the chain the chapters run, launch by launch.
+        const double plain_without_clusters = chain(
+            DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit, workspace_without_clusters);
+        const double at_start_without_clusters = chain(
+            DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart, workspace_without_clusters);
+        std::printf(
+            "| %s (%d launches, %d products) | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | "
+            "%.1f |\n",
+            whole_step ? "the step" : "one layer", launches, products, precision.c_str(),
+            plain * 1e6, at_exit * 1e6, at_start * 1e6, (plain - at_exit) / products * 1e6,
+            (at_exit - at_start) / after_primaries * 1e6, plain_without_clusters * 1e6,
+            at_start_without_clusters * 1e6);
       }
     }
   }
@@ -571,7 +587,8 @@ int run(int argc, char** argv) {
       "LayerNorm and the LM head); the\nattention over a cache of 101 positions at position "
       "50, each layer's own (bf16: chapter 10's kernels on zeroed weights); the last column "
       "divides by\nthe products that follow a LayerNorm or the attention (3 a layer, 37 in "
-      "the step).\n");
+      "the step). The last two columns: the plain and the signal-at-start chains with every "
+      "split summed through\nthe workspace, none in a thread-block cluster.\n");
   return 0;
 }
 
