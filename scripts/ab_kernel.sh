@@ -124,7 +124,8 @@ for r in range(1, rounds + 1):
               + " | ".join(cells))
 # The bench's chain of the step's 86 launches, fp32: what a product's change does between
 # the LayerNorms and the attention, plainly launched and as the chapters launch it; and,
-# where the bench prints them, the same two chains with no split sums in clusters.
+# where the bench prints them, the same two chains with no split sums in clusters, and the
+# second with the LayerNorms and the attention launched programmatically too.
 print("\nchain variant round | the step's chain, fp32 us per graph, plain / programmatic "
       "(signal at start) at B = 1, 8, 32, 64 (no clusters: the same, every split summed "
       "through the workspace)")
@@ -133,12 +134,14 @@ for r in range(1, rounds + 1):
         bench = folder / f"{v}.r{r}.decode_matmul.txt"
         text = bench.read_text(errors="replace") if bench.exists() else ""
         chains = re.findall(r"^\| the step \(86 launches, 49 products\) \| fp32 \| ([\d.]+) \| "
-                            r"[\d.]+ \| ([\d.]+) \|(?: [-\d.]+ \| [-\d.]+ \| ([\d.]+) \| ([\d.]+) \|)?",
-                            text, re.M)
+                            r"[\d.]+ \| ([\d.]+) \|(?: [-\d.]+ \| [-\d.]+ \| ([\d.]+) \| ([\d.]+) \|"
+                            r"(?: ([\d.]+) \|)?)?", text, re.M)
         print(f"chain {v} {r} | "
               + (" | ".join(f"{plain} / {start}"
                             + (f" (no clusters {bare_plain} / {bare_start})" if bare_plain else "")
-                            for plain, start, bare_plain, bare_start in chains) or "FAILED"))
+                            + (f" (all programmatic {everything})" if everything else "")
+                            for plain, start, bare_plain, bare_start, everything in chains)
+                 or "FAILED"))
 EOF
 tar -czf "$out/ab.tar.gz" -C "$out" ab && rm -rf "$out/ab" "$work"
 exit "$failed"
