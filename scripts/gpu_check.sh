@@ -30,7 +30,8 @@
 #             c_proj, mlp_proj or lm_head that product, at each B of LADDER_NCU_BATCHES ("32 64"):
 #             ncu_product/PRODUCT.bB.txt, its report PRODUCT.bB.ncu-rep and the per-instruction
 #             source counters PRODUCT.bB.sass.csv (results/experiments/c_fc_ncu/README.md
-#             reads c_fc's)
+#             reads c_fc's); LADDER_NCU_CHAPTER=10: the same product of chapter 10 (its
+#             decode_matmul_bf16 launches), into ncu_product/bf16_PRODUCT.bB.*
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -367,6 +368,11 @@ if wants product; then
   # The one-token prompt's prefill runs the decode step's shapes, the products in model order:
   # per layer c_attn, c_proj, c_fc, mlp proj (launches 4 l .. 4 l + 3), then the LM head (48).
   product=${LADDER_NCU_PRODUCT:-c_fc}
+  case ${LADDER_NCU_CHAPTER:-09} in
+    09) ncu_chapter=09_decode_matmuls; ncu_kernels=decode_matmul_fp32; ncu_name=$product ;;
+    10) ncu_chapter=10_mixed_precision; ncu_kernels=decode_matmul_bf16; ncu_name=bf16_$product ;;
+    *) ncu_chapter= ; note "product: LADDER_NCU_CHAPTER=$LADDER_NCU_CHAPTER is not 09 or 10: nothing profiled" ;;
+  esac
   case $product in
     c_attn) skip=0 ;;
     c_proj) skip=1 ;;
@@ -376,21 +382,21 @@ if wants product; then
     *) skip= ; note "product: LADDER_NCU_PRODUCT=$product is not c_attn, c_proj, c_fc, mlp_proj or lm_head: nothing profiled" ;;
   esac
   for batch in ${LADDER_NCU_BATCHES:-32 64}; do
-    [ -n "$skip" ] || break
-    file=$out/ncu_product/$product.b$batch.txt
-    report=$out/ncu_product/$product.b$batch  # .ncu-rep: opens in Nsight Compute's GUI
+    [ -n "$skip" ] && [ -n "$ncu_chapter" ] || break
+    file=$out/ncu_product/$ncu_name.b$batch.txt
+    report=$out/ncu_product/$ncu_name.b$batch  # .ncu-rep: opens in Nsight Compute's GUI
     # --set full: every section (shared wavefronts and bank conflicts, L2 sectors, stalls,
     # and the source counters: per SASS instruction, executions and stall samples).
-    if limited ncu --set full --import-source yes -k regex:decode_matmul_fp32 --launch-skip "$skip" \
-           --launch-count 1 -f -o "$report" "$build/chapters/09_decode_matmuls" --batch "$batch" \
+    if limited ncu --set full --import-source yes -k "regex:$ncu_kernels" --launch-skip "$skip" \
+           --launch-count 1 -f -o "$report" "$build/chapters/$ncu_chapter" --batch "$batch" \
            --new-tokens 2 --runs 1 --warmup 0 --quiet > "$file.log" 2>&1 &&
        ncu -i "$report.ncu-rep" --print-details all > "$file" 2>&1; then
-      note "product: ncu of $product at B = $batch ($(grep -m1 -oE 'decode_matmul_fp32_kernel<[0-9]+, [a-z0-9]+>\(.*\) \([0-9, ]+\)' "$file" | sed 's/(DecodeMatmulArguments[^)]*) / grid /'))"
+      note "product: ncu of $ncu_name at B = $batch ($(grep -m1 -oE 'decode_matmul_(fp32|bf16)[a-z_]*kernel<[^>]*>\(.*\) \([0-9, ]+\)' "$file" | sed 's/(DecodeMatmul[A-Za-z0-9]*Arguments[^)]*) / grid /'))"
       # The same launch per SASS instruction (the chunk loop's cost, line by line).
       ncu -i "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" 2>&1 ||
-        note "product: the SASS source page of $product at B = $batch FAILED (ncu_product/$(basename "$report").sass.csv)"
+        note "product: the SASS source page of $ncu_name at B = $batch FAILED (ncu_product/$(basename "$report").sass.csv)"
     else
-      note "product: ncu of $product at B = $batch FAILED (ncu_product/$(basename "$file").log)"; tail -5 "$file.log" "$file"
+      note "product: ncu of $ncu_name at B = $batch FAILED (ncu_product/$(basename "$file").log)"; tail -5 "$file.log" "$file"
     fi
   done
 fi
