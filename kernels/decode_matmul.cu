@@ -377,7 +377,7 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 //         rows, columns 4 (l % 16) + [0, 4). Per 4 rows k .. k + 3 of a chunk a
 //         thread loads 4 float4 of W and one float4 of x per row (a broadcast: all 16
 //         lanes of a half-warp read the same address) for 16 FFMA per row.
-// Promises: LDGSTS.E.BYPASS.128 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
+// Promises: LDGSTS.E.BYPASS.128<ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
@@ -504,7 +504,7 @@ __device__ __forceinline__ void stage_x(const DecodeMatmulArguments& a, int firs
 //         its 2 kRows values of x in one run of shared memory (a broadcast to the 16 lanes
 //         of a half-warp) for 8 kRows FFMA. The warp's two k-groups add by a shuffle
 //         (the lower first), and the 8 warps' tiles go to the tail in warp order.
-// Promises: LDG.E.NA.128.CONSTANT ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
+// Promises: LDG.E.NA.128.CONSTANT<ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRows))
     decode_matmul_fp32_direct_kernel(const DecodeMatmulArguments a) {
@@ -640,7 +640,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
 //         tiles, all kRows / 16 m16 tiles of rows, the chunk's k8 steps w / 4 and
 //         w / 4 + 2. Lane l = 4 g + t holds the PTX fragments: a (rows g, g + 8; k t,
 //         t + 4), b (k t, t + 4; column g), d (rows g, g + 8; columns 2 t, 2 t + 1).
-// Promises: LDGSTS.E.BYPASS.128 HMMA.1688.F32.TF32 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
+// Promises: LDGSTS.E.BYPASS.128<ACQBULK HMMA.1688.F32.TF32 PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {

@@ -82,7 +82,7 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
 // Grid:   (S, T) blocks of 256 threads; warp w: columns 16 (w % 4) .. + 15, inputs
 //         32 (w / 4) .. + 31 of each chunk; lane 4 g + u: W column 8 n8 + g and x rows
 //         g, g + 8 of each m16 tile, inputs 8 u .. 8 u + 7 (decode_matmul_bf16.cuh).
-// Promises: LDG.E.128 HMMA.16816.F32.BF16 ACQBULK PREEXIT UCGABAR_ARV UCGABAR_WAIT
+// Promises: LDG.E.128<ACQBULK HMMA.16816.F32.BF16 PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector, typename Out>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
@@ -126,8 +126,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
 #pragma unroll
   for (int i = 0; i < kChunksAhead; ++i) load_weights(i, ahead[i]);
   // The weight loads above do not depend on the kernel before; x, the residual stream
-  // and the workspace do (decode_matmul.cuh: programmatic launch).
-  wait_for_previous_kernel();
+  // and the workspace do (decode_matmul.cuh: programmatic launch). The wait sits in its
+  // own branch: as the loads' neighbour in one basic block, ptxas scheduled it first
+  // (ACQBULK before the first LDG in the SASS), so the weight's first round trip began
+  // only once the kernel before had finished. Launched without the attribute, a kernel
+  // has nothing to wait for (griddepcontrol.wait returns at once).
+  if (a.programmatic) wait_for_previous_kernel();
   for (int chunk = 0; chunk < range.count; chunk += kChunksAhead) {
 #pragma unroll
     for (int i = 0; i < kChunksAhead; ++i) {

@@ -24,7 +24,9 @@ The check (--check) fails when a kernel on a chapter's path uses local memory (s
 when one of ours has no recorded launch (no launch configuration, no occupancy), when a
 launcher a chapter calls is not recorded by tests/kernel_launch_configs,
 when a kernel's SASS lacks an instruction its comment promises (a line
-`// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel), or when
+`// Promises (kWidth = 4): LDG.E.128 STG.E.128` just above the kernel) or has two in
+another order than it promises (`LDG.E.128<ACQBULK`: the first LDG.E.128 before the
+first ACQBULK, a programmatic launch's weight loads issued before its wait), or when
 docs/kernels.md is not what this script writes.
 """
 
@@ -164,7 +166,8 @@ SASS_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z
 
 
 def sass_instructions(cuobjdump, obj):
-    """{(arch, mangled): Counter(opcode)} of one object."""
+    """{(arch, mangled): (Counter(opcode), {opcode: its first instruction's index})} of one
+    object."""
     result = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True)
     if "nvdisasm" in result.stderr:  # cuobjdump -sass runs it: without it, no SASS at all
         fail(f"{cuobjdump} -sass needs nvdisasm beside it or on PATH (python3 -m pip install "
@@ -181,11 +184,13 @@ def sass_instructions(cuobjdump, obj):
             continue
         match = re.match(r"\s*Function : (\S+)", line)
         if match:
-            current = instructions.setdefault((arch, match.group(1)), Counter())
+            current = instructions.setdefault((arch, match.group(1)), (Counter(), {}))
             continue
         match = SASS_INSTRUCTION.search(line)
         if match and current is not None:
-            current[match.group(1)] += 1
+            counts, first = current
+            first.setdefault(match.group(1), sum(counts.values()))
+            counts[match.group(1)] += 1
     return instructions
 
 
@@ -241,8 +246,9 @@ def promised_instructions():
                                  text[kernel_at + len("__global__"):kernel_at + 400])
             name = re.search(r"(\w+)\s*\(", declaration)
             if name:
-                promises[name.group(1)] = re.findall(r"\b[A-Z]{2,}(?:\.[A-Z0-9]+)*\b",
-                                                     match.group(2))
+                promises[name.group(1)] = re.findall(
+                    r"\b[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*(?:<[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)?\b",
+                    match.group(2))
                 if not match.group(1).strip():
                     UNQUALIFIED_PROMISES.add(name.group(1))
     return promises
@@ -534,7 +540,9 @@ def render(build, kernels, configurations, occupancy_of, promises):
     lines += ["", "## Promised instructions", "",
               "A kernel promises instructions with a `// Promises (...):` line just above it (in",
               "`kernels/`); CTest checks them in the SASS of every instantiation on a chapter's",
-              "path (which, for GPT-2 small, are the packed ones: kWidth = 4).", "",
+              "path (which, for GPT-2 small, are the packed ones: kWidth = 4). `A<B` promises",
+              "both and the first A before the first B (a programmatic launch's weight loads",
+              "issued before its wait, ACQBULK).", "",
               "| kernel | promises |", "|---|---|"]
     for name, opcodes in sorted(promises.items()):
         lines.append(f"| `{name}` | {', '.join(opcodes)} |")
@@ -665,7 +673,7 @@ def collect(build):
     for (arch, mangled), resources in usage.items():
         if arch != REPORT_ARCHITECTURE:
             continue
-        opcodes = sass.get((arch, mangled), Counter())
+        opcodes, first_at = sass.get((arch, mangled), (Counter(), {}))
         kernels[short_name(names[mangled])] = {
             "registers": resources.get("REG", 0),
             "local": resources.get("LOCAL", 0) + resources.get("STACK", 0),
@@ -675,11 +683,31 @@ def collect(build):
             "stores": access_widths(opcodes, "STG"),
             "mma": tensor_core_instructions(opcodes),
             "opcodes": opcodes,
+            "first_at": first_at,
         }
     if not kernels:
         fail(f"the objects under {build} hold no sm_{REPORT_ARCHITECTURE} code "
              "(configure with CMAKE_CUDA_ARCHITECTURES including 90)")
     return kernels
+
+
+def broken_promises(name, info, promised):
+    """What of `promised` (opcodes, and pairs 'A<B' of opcodes in that order) the SASS of
+    kernel `name` does not keep. An opcode matches itself and its longer forms (LDG.E.128
+    matches LDG.E.128.CONSTANT); a pair compares the first instruction of each."""
+    def first(opcode):
+        return min((at for found, at in info["first_at"].items()
+                    if found == opcode or found.startswith(opcode + ".")), default=None)
+    problems = []
+    for promise in promised:
+        opcodes = promise.split("<")
+        missing = [opcode for opcode in opcodes if first(opcode) is None]
+        for opcode in missing:
+            problems.append(f"{name} promises {opcode}, its SASS has none")
+        if len(opcodes) == 2 and not missing and first(opcodes[0]) > first(opcodes[1]):
+            problems.append(f"{name} promises {opcodes[0]} before {opcodes[1]}, its SASS has "
+                            f"{opcodes[1]} first")
+    return problems
 
 
 def check(kernels, promises, configurations):
@@ -700,19 +728,14 @@ def check(kernels, promises, configurations):
             if info["spills"]:
                 problems.append(f"{chapter}: {name} uses {info['local']} bytes of local memory "
                                 "(spills)")
-            for opcode in promises.get(base_name(name), []):
-                if not any(found == opcode or found.startswith(opcode + ".")
-                           for found in info["opcodes"]):
-                    problems.append(f"{chapter}: {name} promises {opcode}, its SASS has none")
+            problems += [f"{chapter}: {problem}" for problem in broken_promises(
+                name, info, promises.get(base_name(name), []))]
     for name, info in sorted(kernels.items()):
         if base_name(name) not in UNQUALIFIED_PROMISES:
             continue
         if info["spills"]:
             problems.append(f"{name} uses {info['local']} bytes of local memory (spills)")
-        for opcode in promises.get(base_name(name), []):
-            if not any(found == opcode or found.startswith(opcode + ".")
-                       for found in info["opcodes"]):
-                problems.append(f"{name} promises {opcode}, its SASS has none")
+        problems += broken_promises(name, info, promises.get(base_name(name), []))
     return problems
 
 
