@@ -49,11 +49,13 @@
 // applies the epilogue and resets the counter for the next launch.
 // Thread-block clusters (sm_90 on) shorten that tail: where 1 < S <= 16 and the grid
 // takes at most 85% of one wave's resident blocks, the S blocks of a column tile launch
-// as one cluster; after a cluster barrier the last one reads the others' partial tiles
-// straight from their shared memory (distributed shared memory) and adds them in the
-// same order, 0 to S - 1. The same bits, without the partials' round trip through L2,
-// the two device-wide fences and the atomic; a second barrier keeps every block
-// resident until its partial has been read. From the plans and the occupancy on the
+// as one cluster; after a cluster barrier each block finishes a slice of the tile's
+// rows, reading that slice of every partial straight from the others' shared memory
+// (distributed shared memory) and adding them in the same order, 0 to S - 1, then
+// running the epilogue on it. The same bits, without the partials' round trip through
+// L2, the two device-wide fences and the atomic, and the tail's work spread over the S
+// blocks; a second barrier keeps every block resident until its partial has been read.
+// From the plans and the occupancy on the
 // H200's 132 multiprocessors: c_proj (S = 12) and c_attn (S = 6) at every B; c_fc (S = 5,
 // 240 blocks) where a multiprocessor holds 3 or more blocks (fp32 B <= 2, tf32 17-32
 // rows); all four layer products in bf16 (64-input chunks: c_fc S = 4, the MLP's c_proj

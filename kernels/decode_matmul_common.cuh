@@ -276,68 +276,197 @@ __device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
   __syncthreads();
 }
 
-/// The S partial float4s that load(s) returns, added in split order, 0 to S - 1: the one
-/// order both ways of gathering the splits use, so both give the same bits.
-template <typename Load>
-__device__ __forceinline__ float4 sum_in_split_order(int splits, const Load& load) {
-  float4 sum = load(0);
-#pragma unroll 4
-  for (int s = 1; s < splits; ++s) {  // unrolled: several loads in flight
-    const float4 more = load(s);
-    sum.x += more.x;
-    sum.y += more.y;
-    sum.z += more.z;
-    sum.w += more.w;
-  }
-  return sum;
-}
+/// The quads (four neighbouring columns, one float4) of a tile row.
+constexpr int kQuadsPerRow = kTileColumns / 4;
 
-/// With S > 1: writes this block's tile to the workspace; the block that completes the
-/// tile's set sums the S partials in split order into `tile` and returns true, the
-/// others return false (and have nothing left to do). With S = 1: true at once.
-template <typename Arguments>
-__device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int split,
-                                              float* tile_values) {
-  if (a.splits == 1) return true;
-  constexpr int kQuads = kTileColumns / 4;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (a.cluster_splits) {
-    // The tile's S blocks are one cluster, block rank s = split s: each partial stays in
-    // its block's shared memory, and the last rank reads them all there (distributed
-    // shared memory) and adds them in split order, 0 to S - 1, as the workspace path does:
-    // the same bits, without the partials' round trip through L2, the fences and the
-    // counter's atomic.
-    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();  // every split's partial is in its block's shared memory
-    const bool summing = split == a.splits - 1;
-    if (summing) {
-      for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
-        const int offset = (e / kQuads) * kTileStride + 4 * (e % kQuads);
-        *reinterpret_cast<float4*>(tile_values + offset) = sum_in_split_order(a.splits, [&](int s) {
-          return *reinterpret_cast<const float4*>(
-              cluster.map_shared_rank(tile_values, static_cast<unsigned int>(s)) + offset);
-        });
+/// For every quad e in [first, end) of a tile (e = 16 row + quad): the S partials that
+/// load(s, e) returns, added in split order, 0 to S - 1, and stored into the tile
+/// `tile_values` ([rows][kTileStride]). The one order both ways of gathering the splits
+/// use, so both give the same bits. Thread t takes quads first + t, + kThreads, ... (at
+/// most kRows * 16 / kThreads of them) and loads a group of splits of all of them before
+/// it adds any: four splits a group with one quad a thread, two with more (so the 32-row
+/// tf32 kernel keeps to 64 registers, four blocks a multiprocessor). The loads of a group
+/// are predicated, not branched around, so they are in flight together.
+template <int kRows, typename Load>
+__device__ __forceinline__ void sum_splits_in_order(float* tile_values, int first, int end,
+                                                    int splits, const Load& load) {
+  constexpr int kQuadsPerThread = (kRows * kQuadsPerRow + kThreads - 1) / kThreads;
+  constexpr int kSplitsAtOnce = kQuadsPerThread == 1 ? 4 : 2;
+  int quads[kQuadsPerThread];
+  bool inside[kQuadsPerThread];
+  float4 sums[kQuadsPerThread];
+#pragma unroll
+  for (int j = 0; j < kQuadsPerThread; ++j) {
+    quads[j] = first + static_cast<int>(threadIdx.x) + j * kThreads;
+    inside[j] = quads[j] < end;
+    sums[j] = inside[j] ? load(0, quads[j]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  for (int group = 1; group < splits; group += kSplitsAtOnce) {
+    float4 more[kQuadsPerThread][kSplitsAtOnce];
+#pragma unroll
+    for (int j = 0; j < kQuadsPerThread; ++j) {
+#pragma unroll
+      for (int k = 0; k < kSplitsAtOnce; ++k)
+        more[j][k] = inside[j] && group + k < splits ? load(group + k, quads[j])
+                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kQuadsPerThread; ++j) {
+#pragma unroll
+      for (int k = 0; k < kSplitsAtOnce; ++k) {
+        if (group + k >= splits) break;
+        sums[j].x += more[j][k].x;
+        sums[j].y += more[j][k].y;
+        sums[j].z += more[j][k].z;
+        sums[j].w += more[j][k].w;
       }
     }
-    // No block may exit while the last one still reads its partial. That needs the
-    // cluster barrier but not its release fence (MEMBAR.ALL.GPU in the SASS: this block
-    // wrote nothing the others read since the first barrier), so it arrives relaxed. The
-    // sum stays in the last block's shared memory, for its own threads: a block barrier.
-    __syncthreads();
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::
-                     : "memory");
-    return summing;
   }
+#pragma unroll
+  for (int j = 0; j < kQuadsPerThread; ++j) {
+    if (inside[j])
+      *reinterpret_cast<float4*>(tile_values + (quads[j] / kQuadsPerRow) * kTileStride +
+                                 4 * (quads[j] % kQuadsPerRow)) = sums[j];
+  }
+}
+
+/// Two neighbouring outputs of the residual stream, columns n and n + 1, widened to float;
+/// `at` must be aligned to the pair.
+__device__ __forceinline__ float2 load_pair(const float* at) {
+  return *reinterpret_cast<const float2*>(at);
+}
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* at) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(at));
+}
+
+/// The epilogue on rows [first_row, end_row) of the finished tile [B][kTileStride]
+/// (columns 64 tile ..): warp w takes rows first_row + w, + 8, ...; lane l columns 2 l and
+/// 2 l + 1. Writes out (rounded once to its type) and, for the LM head, each row's best
+/// (value, index) of the tile, taken on the stored values. A warp loads the bias and the
+/// residual of all its rows (at most kRows / 8) before it stores any: the loads are in
+/// flight together, not one round trip a row.
+template <int kRows, typename Arguments>
+__device__ __forceinline__ void store_rows(const Arguments& a, int tile, const float* tile_values,
+                                           int first_row, int end_row) {
+  constexpr int kRowsPerWarp = (kRows + kWarps - 1) / kWarps;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int first_column = tile * kTileColumns + 2 * lane;
+  const bool pair_inside = first_column + 1 < a.N;
+  float bias[2] = {0.0f, 0.0f};  // the same two columns in every row
+  if (a.epilogue != DecodeEpilogue::kNone) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      if (first_column + j < a.N) bias[j] = widen(a.bias[first_column + j]);
+  }
+  float values[kRowsPerWarp][2];
+  float residual[kRowsPerWarp][2];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int b = first_row + warp + kWarps * i;
+    if (b >= end_row) break;
+    const float2 pair = *reinterpret_cast<const float2*>(tile_values + b * kTileStride + 2 * lane);
+    values[i][0] = pair.x;
+    values[i][1] = pair.y;
+    residual[i][0] = 0.0f;
+    residual[i][1] = 0.0f;
+    if (a.epilogue == DecodeEpilogue::kBiasResidual) {
+      const auto* out_row = a.out + static_cast<std::size_t>(b) * a.N;
+      if (a.out_pairs && pair_inside) {
+        const float2 stream = load_pair(out_row + first_column);
+        residual[i][0] = stream.x;
+        residual[i][1] = stream.y;
+      } else {
+        for (int j = 0; j < 2; ++j)
+          if (first_column + j < a.N) residual[i][j] = widen(out_row[first_column + j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int b = first_row + warp + kWarps * i;
+    if (b >= end_row) break;
+    auto* out_row = a.out != nullptr ? a.out + static_cast<std::size_t>(b) * a.N : nullptr;
+    Candidate best = no_candidate();
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = first_column + j;
+      if (n >= a.N) continue;
+      float y = values[i][j];
+      if (a.epilogue != DecodeEpilogue::kNone) y += bias[j];
+      if (a.epilogue == DecodeEpilogue::kBiasGelu) y = gelu(y);
+      if (a.epilogue == DecodeEpilogue::kBiasResidual) y += residual[i][j];
+      values[i][j] = y;
+      const Candidate mine{y, n};
+      if (beats(mine, best)) best = mine;
+    }
+    if (out_row != nullptr) {
+      if (a.out_pairs && pair_inside) {
+        store_pair(out_row + first_column, values[i][0], values[i][1]);
+      } else {
+        for (int j = 0; j < 2; ++j)
+          if (first_column + j < a.N) store_one(out_row + first_column + j, values[i][j]);
+      }
+    }
+    if (a.candidate_values != nullptr) {
+      best = warp_argmax(best);
+      if (lane == 0) {
+        a.candidate_values[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.value;
+        a.candidate_indices[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.index;
+      }
+    }
+  }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/// With the S splits of the tile as one thread-block cluster (block rank s = split s):
+/// each partial stays in its block's shared memory, and every rank finishes a slice of
+/// the tile's rows, reading that slice of all S partials there (distributed shared
+/// memory) and adding them in split order, as the workspace path does: the same bits,
+/// without the partials' round trip through L2, the fences and the counter's atomic, and
+/// with the sums and the epilogue spread over the S blocks instead of left to one.
+template <int kRows, typename Arguments>
+__device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, int split,
+                                                  float* tile_values) {
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rows_per_rank = (a.B + a.splits - 1) / a.splits;
+  const int first_row = min(a.B, split * rows_per_rank);
+  const int end_row = min(a.B, first_row + rows_per_rank);
+  cluster.sync();  // every split's partial is in its block's shared memory
+  // Rank r writes only its own rows of its own tile, which no other rank reads.
+  sum_splits_in_order<kRows>(tile_values, first_row * kQuadsPerRow, end_row * kQuadsPerRow,
+                             a.splits, [&](int s, int e) {
+                               return *reinterpret_cast<const float4*>(
+                                   cluster.map_shared_rank(tile_values,
+                                                           static_cast<unsigned int>(s)) +
+                                   (e / kQuadsPerRow) * kTileStride + 4 * (e % kQuadsPerRow));
+                             });
+  // This block has read what it needs of the others' shared memory. No block may exit
+  // while another still reads its partial: arrive now, wait before the end. The arrival
+  // needs no release fence (this block wrote nothing the others read since the first
+  // barrier): relaxed. The sums stay in this block's shared memory: a block barrier.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  __syncthreads();
+  store_rows<kRows>(a, tile, tile_values, first_row, end_row);
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
 #endif
+
+/// With S > 1 and no cluster: writes this block's tile to the workspace; the block that
+/// completes the tile's set sums the S partials in split order into `tile_values` and
+/// returns true, the others return false (and have nothing left to do).
+template <int kRows, typename Arguments>
+__device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int tile, int split,
+                                                         float* tile_values) {
   __shared__ bool last_to_arrive;
   const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
   const auto partial = [&](int s) {
     return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;
   };
   float* mine = partial(split);
-  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
-    const int row = e / kQuads;
-    const int column = 4 * (e % kQuads);
+  for (int e = threadIdx.x; e < a.B * kQuadsPerRow; e += kThreads) {
+    const int row = e / kQuadsPerRow;
+    const int column = 4 * (e % kQuadsPerRow);
     __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
            *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
   }
@@ -350,60 +479,13 @@ __device__ __forceinline__ bool gather_splits(const Arguments& a, int tile, int 
   __syncthreads();
   if (!last_to_arrive) return false;
   __threadfence();  // see the other blocks' partials, not stale lines
-  for (int e = threadIdx.x; e < a.B * kQuads; e += kThreads) {
-    const int offset = (e / kQuads) * kTileColumns + 4 * (e % kQuads);
-    *reinterpret_cast<float4*>(tile_values + (e / kQuads) * kTileStride + 4 * (e % kQuads)) =
-        sum_in_split_order(a.splits, [&](int s) {
-          return __ldcg(reinterpret_cast<const float4*>(partial(s) + offset));
-        });
-  }
+  sum_splits_in_order<kRows>(tile_values, 0, a.B * kQuadsPerRow, a.splits, [&](int s, int e) {
+    return __ldcg(reinterpret_cast<const float4*>(partial(s) + (e / kQuadsPerRow) * kTileColumns +
+                                                  4 * (e % kQuadsPerRow)));
+  });
   if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
   __syncthreads();
   return true;
-}
-
-/// The epilogue on the finished tile [B][kTileStride] (columns 64 tile ..): warp w takes
-/// rows w, w + 8, ...; lane l columns 2 l and 2 l + 1. Writes out (rounded once to its
-/// type) and, for the LM head, each row's best (value, index) of the tile, taken on the
-/// stored values.
-template <typename Arguments>
-__device__ __forceinline__ void store_tile(const Arguments& a, int tile, const float* tile_values) {
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int first_column = tile * kTileColumns + 2 * lane;
-  for (int b = warp; b < a.B; b += kWarps) {
-    const float2 pair = *reinterpret_cast<const float2*>(tile_values + b * kTileStride + 2 * lane);
-    float values[2] = {pair.x, pair.y};
-    auto* out_row = a.out != nullptr ? a.out + static_cast<std::size_t>(b) * a.N : nullptr;
-    Candidate best = no_candidate();
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int n = first_column + j;
-      if (n >= a.N) continue;
-      float y = values[j];
-      if (a.epilogue != DecodeEpilogue::kNone) y += widen(a.bias[n]);
-      if (a.epilogue == DecodeEpilogue::kBiasGelu) y = gelu(y);
-      if (a.epilogue == DecodeEpilogue::kBiasResidual) y += widen(out_row[n]);
-      values[j] = y;
-      const Candidate mine{y, n};
-      if (beats(mine, best)) best = mine;
-    }
-    if (out_row != nullptr) {
-      if (a.out_pairs && first_column + 1 < a.N) {
-        store_pair(out_row + first_column, values[0], values[1]);
-      } else {
-        for (int j = 0; j < 2; ++j)
-          if (first_column + j < a.N) store_one(out_row + first_column + j, values[j]);
-      }
-    }
-    if (a.candidate_values != nullptr) {
-      best = warp_argmax(best);
-      if (lane == 0) {
-        a.candidate_values[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.value;
-        a.candidate_indices[static_cast<std::size_t>(b) * a.column_tiles + tile] = best.index;
-      }
-    }
-  }
 }
 
 /// A tensor-core warp's sums into its k-group's tile (shared + k_group * kRows * kTileStride):
@@ -427,13 +509,21 @@ __device__ __forceinline__ void store_mma_sums(float* shared, int k_group, int c
 }
 
 /// The end every decode-matmul kernel shares, once each k-group's tile is in shared memory:
-/// the groups summed, the splits gathered, and the block that finishes the tile stores it.
+/// the groups summed, the splits gathered (in the cluster, or through the workspace by the
+/// block that arrives last), and the finished tile stored.
 template <int kRows, typename Arguments>
 __device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int split, float* shared,
                                             int k_groups) {
   __syncthreads();
   sum_k_groups<kRows>(shared, k_groups, a.B);
-  if (gather_splits(a, tile, split, shared)) store_tile(a, tile, shared);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (a.splits > 1 && a.cluster_splits) {
+    finish_in_cluster<kRows>(a, tile, split, shared);
+    return;
+  }
+#endif
+  if (a.splits == 1 || gather_through_workspace<kRows>(a, tile, split, shared))
+    store_rows<kRows>(a, tile, shared, 0, a.B);
 }
 
 /// The chunks of split `split`: [first, first + count).

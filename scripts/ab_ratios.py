@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""scripts/ab_ratios.py - each chapter's ms a step over variant a's in the same round,
+from the JSON files of one scripts/ab_kernel.sh call.
+
+    python3 scripts/ab_ratios.py RESULTS/ab.tar.gz > RESULTS/ratios.md
+
+Reads ab/V.rR.CH.bB.json from the archive (or from a folder holding ab/): every variant,
+round, chapter and batch it finds. Prints a Markdown table: per chapter and B, variant
+a's ms a step in each round, then every other variant's ratio to a in the same round.
+"""
+import json
+import re
+import sys
+import tarfile
+from collections import defaultdict
+from pathlib import Path
+
+NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d)\.b(\d+)\.json$")
+
+
+def read_runs(source):
+    """{(variant, round, chapter, batch): ms a step}."""
+    runs = {}
+    path = Path(source)
+    if path.is_dir():
+        files = [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*.json")]
+    else:
+        with tarfile.open(path) as archive:
+            files = [(m.name, archive.extractfile(m).read().decode()) for m in archive.getmembers()
+                     if m.isfile() and m.name.endswith(".json")]
+    for name, text in files:
+        match = NAME.search(name)
+        if match:
+            variant, round_, chapter, batch = match.groups()
+            runs[(variant, int(round_), chapter, int(batch))] = \
+                json.loads(text)["configurations"][0]["ms_per_step"]
+    return runs
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 scripts/ab_ratios.py AB_TAR_GZ_OR_FOLDER")
+    runs = read_runs(sys.argv[1])
+    if not runs:
+        sys.exit(f"ab_ratios.py: no ab/V.rR.CH.bB.json in {sys.argv[1]}")
+    variants = sorted({key[0] for key in runs})
+    rounds = sorted({key[1] for key in runs})
+    cases = sorted({(key[2], key[3]) for key in runs})
+    others = [v for v in variants if v != "a"]
+    slash = " / ".join(f"{r}" for r in rounds)
+    print(f"| chapter, B | a (ms a step, rounds {slash}) | "
+          + " | ".join(f"{v} / a (rounds {slash})" for v in others) + " |")
+    print("|---|--:|" + "--:|" * len(others))
+    for chapter, batch in cases:
+        base = [runs.get(("a", r, chapter, batch)) for r in rounds]
+        cells = [" / ".join(f"{b:.4f}" if b else "-" for b in base)]
+        for v in others:
+            ratios = []
+            for r, b in zip(rounds, base):
+                value = runs.get((v, r, chapter, batch))
+                ratios.append(f"{value / b:.3f}" if value and b else "-")
+            cells.append(" / ".join(ratios))
+        print(f"| {chapter}, B = {batch} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
