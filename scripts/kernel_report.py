@@ -231,6 +231,10 @@ def uses_local_memory(usage, opcodes):
         opcode.split(".")[0] in ("LDL", "STL") for opcode in opcodes)
 
 
+# One promise: an opcode (`LDG.E.128`, `UCGABAR_ARV`), or two in order (`LDG.E.128<ACQBULK`).
+PROMISE = re.compile(r"\b[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*(?:<[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)?\b")
+
+
 def promised_instructions():
     """{kernel base name: [opcode, ...]} from a `// Promises: ...` line above a kernel."""
     promises = {}
@@ -246,9 +250,7 @@ def promised_instructions():
                                  text[kernel_at + len("__global__"):kernel_at + 400])
             name = re.search(r"(\w+)\s*\(", declaration)
             if name:
-                promises[name.group(1)] = re.findall(
-                    r"\b[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*(?:<[A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)?\b",
-                    match.group(2))
+                promises[name.group(1)] = PROMISE.findall(match.group(2))
                 if not match.group(1).strip():
                     UNQUALIFIED_PROMISES.add(name.group(1))
     return promises
