@@ -127,10 +127,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   for (int i = 0; i < kChunksAhead; ++i) load_weights(i, ahead[i]);
   // The weight loads above do not depend on the kernel before; x, the residual stream
   // and the workspace do (decode_matmul.cuh: programmatic launch). The wait sits in its
-  // own branch: as the loads' neighbour in one basic block, ptxas scheduled it first
-  // (ACQBULK before the first LDG in the SASS), so the weight's first round trip began
-  // only once the kernel before had finished. Launched without the attribute, a kernel
-  // has nothing to wait for (griddepcontrol.wait returns at once).
+  // own branch: in one basic block with the loads, ptxas schedules it first (ACQBULK
+  // before the first LDG), and the weight would start moving only once the kernel before
+  // has finished; the kernel report checks the order (LDG.E.128<ACQBULK). Launched
+  // without the attribute, a kernel has nothing to wait for.
   if (a.programmatic) wait_for_previous_kernel();
   for (int chunk = 0; chunk < range.count; chunk += kChunksAhead) {
 #pragma unroll
