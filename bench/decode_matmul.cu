@@ -22,8 +22,10 @@
 // products after a LayerNorm and an attention that let them start only as they exit
 // (LaunchDependents::kAtExit, as before they signalled) or as they start (kAtStart, what
 // the chapters run); in fp32 and TF32 (chapter 09's kernels) and in bf16 (chapter 10's,
-// on zeroed weights: timed, not verified here); and the plain and signal-at-start chains
-// once more with every split summed through the workspace, none in a cluster.
+// on zeroed weights: timed, not verified here); the plain and signal-at-start chains
+// once more with every split summed through the workspace, none in a cluster; and the
+// signal-at-start chain with the LayerNorms and the attention launched programmatically
+// too (each waits on the GPU for the product before it).
 //
 // Each product is verified before it is timed: random x, weight and bias, the decode
 // kernels' output against cuBLASLt's fp32 output (1e-4 relative in fp32, 5e-3 in TF32).
@@ -501,7 +503,8 @@ int run(int argc, char** argv) {
         "| chain, one graph | precision | plain | programmatic, LN and attention signal at exit "
         "| programmatic, signal at start | saved per product, at exit | saved per product "
         "after LN or attention, start vs exit | plain, no clusters | programmatic, signal at "
-        "start, no clusters |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+        "start, no clusters | programmatic, signal at start, LN and attention launched "
+        "programmatically too |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
         B, kTimedRepeats);
     for (const bool whole_step : {false, true}) {
       const int layers = whole_step ? kLayers : 1;
@@ -511,8 +514,11 @@ int run(int argc, char** argv) {
       for (const std::string precision : {"fp32", "tf32", "bf16"}) {
         const DecodePrecision decode_precision =
             precision == "tf32" ? DecodePrecision::kTf32 : DecodePrecision::kFp32;
+        // between_launch: how the LayerNorms and the attention launch (the products:
+        // launch).
         const auto chain = [&](DecodeLaunch launch, LaunchDependents dependents,
-                               ladder::DecodeMatmulWorkspace& products_workspace) {
+                               ladder::DecodeMatmulWorkspace& products_workspace,
+                               DecodeLaunch between_launch = DecodeLaunch::kAfterPrevious) {
           if (precision == "bf16") {
             const BetweenProducts<__nv_bfloat16>& between_bf16 = bfloat.between;
             return graph_seconds(s, [&] {
@@ -521,13 +527,14 @@ int run(int argc, char** argv) {
                   [&] {
                     ladder::launch_layernorm_bf16(bfloat.residual, between_bf16.ln_weight,
                                                   between_bf16.ln_bias, bfloat.x, B, kC, kEps, s,
-                                                  dependents);
+                                                  dependents, between_launch);
                   },
                   [&](int layer) {
                     ladder::launch_decode_attention_bf16(bfloat.out, between_bf16.keys[layer],
                                                          between_bf16.values[layer],
                                                          between_bf16.cursor, kCacheCapacity,
-                                                         bfloat.x, B, kHeads, kC, s, dependents);
+                                                         bfloat.x, B, kHeads, kC, s, dependents,
+                                                         between_launch);
                   },
                   [&](std::size_t index, int layer) {
                     bfloat_call(index, layer, bfloat, buffers, B, products_workspace, s,
@@ -539,14 +546,16 @@ int run(int argc, char** argv) {
             enqueue_step_chain(
                 layers, whole_step,
                 [&] {
-                  ladder::launch_layernorm(buffers.residual, between.ln_weight, between.ln_bias,
-                                           buffers.x, B, kC, kEps, s, dependents);
+                  ladder::launch_layernorm(buffers.residual, between.ln_weight,
+                                           between.ln_bias, buffers.x, B, kC, kEps, s,
+                                           dependents, between_launch);
                 },
                 [&](int layer) {
                   ladder::launch_fused_decode_attention(
-                      buffers.out, between.keys[layer], between.values[layer], between.cursor,
-                      kCacheCapacity, buffers.x, between.attention_workspace, B, kHeads, kC, s,
-                      dependents);
+                      buffers.out, between.keys[layer], between.values[layer],
+                      between.cursor, kCacheCapacity, buffers.x,
+                      between.attention_workspace, B, kHeads, kC, s, dependents,
+                      between_launch);
                 },
                 [&](std::size_t index, int layer) {
                   decode_call(kProducts[index], weights[index], layer, buffers, B, decode_precision,
@@ -566,13 +575,19 @@ int run(int argc, char** argv) {
             DecodeLaunch::kAfterPrevious, LaunchDependents::kAtExit, workspace_without_clusters);
         const double at_start_without_clusters = chain(
             DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart, workspace_without_clusters);
+        // And the LayerNorms and the attention launched programmatically too: they wait
+        // for the product before them on the GPU (ladder::launch_between_products).
+        const double all_programmatic =
+            chain(DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart, workspace,
+                  workspace.programmatic_launches() ? DecodeLaunch::kProgrammatic
+                                                    : DecodeLaunch::kAfterPrevious);
         std::printf(
             "| %s (%d launches, %d products) | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f | "
-            "%.1f |\n",
+            "%.1f | %.1f |\n",
             whole_step ? "the step" : "one layer", launches, products, precision.c_str(),
             plain * 1e6, at_exit * 1e6, at_start * 1e6, (plain - at_exit) / products * 1e6,
             (at_exit - at_start) / after_primaries * 1e6, plain_without_clusters * 1e6,
-            at_start_without_clusters * 1e6);
+            at_start_without_clusters * 1e6, all_programmatic * 1e6);
       }
     }
   }
@@ -587,8 +602,10 @@ int run(int argc, char** argv) {
       "LayerNorm and the LM head); the\nattention over a cache of 101 positions at position "
       "50, each layer's own (bf16: chapter 10's kernels on zeroed weights); the last column "
       "divides by\nthe products that follow a LayerNorm or the attention (3 a layer, 37 in "
-      "the step). The last two columns: the plain and the signal-at-start chains with every "
-      "split summed through\nthe workspace, none in a thread-block cluster.\n");
+      "the step). Then the plain and the signal-at-start chains with every split summed "
+      "through the workspace,\nnone in a thread-block cluster; last, the signal-at-start "
+      "chain with the LayerNorms and the attention\nlaunched programmatically as well "
+      "(each waits on the GPU for the product before it).\n");
   return 0;
 }
 

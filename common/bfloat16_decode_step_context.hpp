@@ -32,6 +32,12 @@ class BfloatDecodeStepContext {
       : launch_(launch) {}
 
   cudaStream_t stream() const { return stream_.get(); }
+  /// How the kernels between the products (LayerNorm, attention) launch: the products'
+  /// DecodeLaunch where the device runs programmatic launches, otherwise plainly
+  /// (kernels/programmatic_launch.cuh).
+  DecodeLaunch launch() const {
+    return workspace_.programmatic_launches() ? launch_ : DecodeLaunch::kAfterPrevious;
+  }
 
   /// out = bf16(epilogue(x W + bias)), W packed (BfloatDeviceModel::layer()), on this
   /// step's stream.

@@ -34,6 +34,13 @@ class DecodeStepContext {
         launch_(launch) {}
 
   cudaStream_t stream() const { return stream_.get(); }
+  /// How the kernels between the products (LayerNorm, attention) launch: the products'
+  /// DecodeLaunch where the device runs programmatic launches, otherwise plainly
+  /// (kernels/programmatic_launch.cuh).
+  DecodeLaunch launch() const {
+    return workspace_.programmatic_launches() ? launch_ : DecodeLaunch::kAfterPrevious;
+  }
+
   /// The packed matrix weights of layer `index` (the biases stay in the DeviceModel).
   PackedDecodeModel::Layer layer(int index) const { return packed_.layer(index); }
 

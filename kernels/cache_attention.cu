@@ -22,6 +22,7 @@
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
 #include "kernels/online_softmax.cuh"
+#include "kernels/programmatic_launch.cuh"
 
 namespace ladder {
 
@@ -140,6 +141,9 @@ __device__ __forceinline__ void fused_decode_attention(const float* qkv, float* 
   // blocks have started or exited) and load their weight while this kernel reads the
   // cache.
   launch_dependents_at_start(dependents);
+  // Under a programmatic launch (DecodeLaunch) this block may start before c_attn has
+  // finished writing qkv: nothing is read before the wait (at once for a plain launch).
+  wait_for_previous_kernel();
   __shared__ __align__(16) float query[kMaxHeadDim];
   __shared__ WarpStates<kFusedWarps> warp_states;
   __shared__ bool merges_splits;
@@ -265,7 +269,7 @@ __device__ __forceinline__ void fused_decode_attention(const float* qkv, float* 
 }
 
 // The batch's kernel: every row at the cursor's position.
-// Promises (kWidth = 4): LDG.E.128 PREEXIT
+// Promises (kWidth = 4): LDG.E.128 PREEXIT ACQBULK
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_kernel(const float* qkv, float* keys, float* values,
@@ -278,7 +282,7 @@ __global__ void __launch_bounds__(kFusedThreads, 5)
 
 // The serving slots' kernel: row b at positions[b], idle (output 0, no write) outside
 // [0, capacity).
-// Promises (kWidth = 4): LDG.E.128 PREEXIT
+// Promises (kWidth = 4): LDG.E.128 PREEXIT ACQBULK
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kFusedThreads, 5)
     fused_decode_attention_per_row_kernel(const float* qkv, float* keys, float* values,
@@ -358,7 +362,7 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
                                    PositionSource row_position, const char* position_name,
                                    const void* position_pointer, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream,
-                                   LaunchDependents dependents) {
+                                   LaunchDependents dependents, DecodeLaunch launch) {
   launch_checks::require_not_null(name, {{"qkv", qkv},
                                          {"keys", keys},
                                          {"values", values},
@@ -387,13 +391,13 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
     constexpr int kWidth = decltype(width)::value;
     constexpr int kDims = decltype(dims)::value;
     if constexpr (std::is_same_v<PositionSource, CursorPosition>)
-      fused_decode_attention_kernel<kWidth, kDims>
-          <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
-                                               split_workspace, splits, H, C, dependents);
+      launch_between_products(launch, fused_decode_attention_kernel<kWidth, kDims>, grid,
+                              dim3(kFusedThreads), 0, stream, qkv, keys, values, row_position,
+                              capacity, out, split_workspace, splits, H, C, dependents);
     else
-      fused_decode_attention_per_row_kernel<kWidth, kDims>
-          <<<grid, kFusedThreads, 0, stream>>>(qkv, keys, values, row_position, capacity, out,
-                                               split_workspace, splits, H, C, dependents);
+      launch_between_products(launch, fused_decode_attention_per_row_kernel<kWidth, kDims>, grid,
+                              dim3(kFusedThreads), 0, stream, qkv, keys, values, row_position,
+                              capacity, out, split_workspace, splits, H, C, dependents);
   });
   CUDA_CHECK_LAUNCH(stream);
 }
@@ -403,10 +407,10 @@ void launch_fused_attention_kernel(const char* name, const float* qkv, float* ke
 void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream,
-                                   LaunchDependents dependents) {
+                                   LaunchDependents dependents, DecodeLaunch launch) {
   launch_fused_attention_kernel("launch_fused_decode_attention", qkv, keys, values,
                                 CursorPosition{cursor}, "cursor", cursor, capacity, out, workspace,
-                                B, H, C, stream, dependents);
+                                B, H, C, stream, dependents, launch);
 }
 
 void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float* values,
@@ -415,7 +419,8 @@ void launch_fused_decode_attention_per_row(const float* qkv, float* keys, float*
                                            cudaStream_t stream) {
   launch_fused_attention_kernel("launch_fused_decode_attention_per_row", qkv, keys, values,
                                 RowPositions{positions}, "positions", positions, capacity, out,
-                                workspace, B, H, C, stream, LaunchDependents::kAtStart);
+                                workspace, B, H, C, stream, LaunchDependents::kAtStart,
+                                DecodeLaunch::kAfterPrevious);
 }
 
 }  // namespace ladder

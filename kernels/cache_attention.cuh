@@ -83,12 +83,17 @@ std::size_t fused_decode_attention_workspace_bytes(int B, int H, int C, int capa
 /// A cursor position outside [0, capacity) gives NaN outputs and writes no cache entry.
 /// `dependents`: when a programmatic dependent launched next (c_proj's decode matmul)
 /// may start (LaunchDependents; every block lets it at its start unless kAtExit).
+/// `launch`: how this launch waits for the kernel before it (DecodeLaunch; with
+/// kProgrammatic its blocks may start before that kernel (c_attn) has finished, and wait
+/// for it before they read anything; kernels/programmatic_launch.cuh says where it may be
+/// passed). The same bits either way.
 /// Throws std::invalid_argument on a null pointer, a misaligned workspace, B, H, C,
 /// capacity <= 0, C not divisible by H, or D > kMaxHeadDim.
 void launch_fused_decode_attention(const float* qkv, float* keys, float* values,
                                    const DecodePosition* cursor, int capacity, float* out,
                                    void* workspace, int B, int H, int C, cudaStream_t stream,
-                                   LaunchDependents dependents = LaunchDependents::kAtStart);
+                                   LaunchDependents dependents = LaunchDependents::kAtStart,
+                                   DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 /// The fused kernel with a position per row, for rows that are not one batch moving in
 /// step (the slots of a server, each holding a request of its own length): row b

@@ -15,6 +15,7 @@
 #include "kernels/device_primitives.cuh"
 #include "kernels/kernel_limits.hpp"
 #include "kernels/launch_checks.hpp"
+#include "kernels/programmatic_launch.cuh"
 
 namespace ladder {
 
@@ -34,7 +35,7 @@ static_assert(kThreads >= kMaxHeadDim, "the merge gives every output dimension a
 // Grid:   one block per (b, h) (blockIdx.x = b H + h), 128 threads: group
 //         G = threadIdx.x / 8 takes positions G, G + 16, ... (rounds of 16); lane j = threadIdx.x %
 //         8 of a group holds pieces j and j + 8 (8 dims each) of q, the key and the value.
-// Promises: LDG.E.128 STG.E.128 PREEXIT
+// Promises: LDG.E.128 STG.E.128 PREEXIT ACQBULK
 __global__ void __launch_bounds__(kThreads)
     decode_attention_bf16_kernel(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                                  __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
@@ -43,6 +44,9 @@ __global__ void __launch_bounds__(kThreads)
   // blocks are scheduled once all B H blocks here have started, take only the slots they
   // leave, and load their weight while this kernel reads the cache.
   launch_dependents_at_start(dependents);
+  // Under a programmatic launch (DecodeLaunch) this block may start before c_attn has
+  // finished writing qkv: nothing is read before the wait (at once for a plain launch).
+  wait_for_previous_kernel();
   __shared__ float group_max[kGroups];
   __shared__ float group_sum[kGroups];
   __shared__ float group_values[kGroups][kMaxHeadDim];
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(kThreads)
 void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                                   __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
                                   __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream,
-                                  LaunchDependents dependents) {
+                                  LaunchDependents dependents, DecodeLaunch launch) {
   constexpr const char* kName = "launch_decode_attention_bf16";
   launch_checks::require_not_null(
       kName, {{"qkv", qkv}, {"keys", keys}, {"values", values}, {"cursor", cursor}, {"out", out}});
@@ -179,8 +183,9 @@ void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                          kName, "qkv, keys and values must be 16-byte aligned");
   launch_checks::require(static_cast<long long>(B) * H <= 0x7fffffff, kName,
                          "B * H must fit in an int");
-  decode_attention_bf16_kernel<<<static_cast<unsigned int>(B * H), kThreads, 0, stream>>>(
-      qkv, keys, values, cursor, capacity, out, H, C, dependents);
+  launch_between_products(launch, decode_attention_bf16_kernel,
+                          dim3(static_cast<unsigned int>(B * H)), dim3(kThreads), 0, stream, qkv,
+                          keys, values, cursor, capacity, out, H, C, dependents);
   CUDA_CHECK_LAUNCH(stream);
 }
 

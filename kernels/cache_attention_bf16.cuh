@@ -28,13 +28,14 @@ namespace ladder {
 /// qkv, so no read can race this launch's write. Sums in a fixed order (bit-identical
 /// repeat runs). A cursor position outside [0, capacity) gives NaN outputs and writes no
 /// cache entry. `dependents`: when a programmatic dependent launched next (c_proj's
-/// decode matmul) may start (LaunchDependents; at the blocks' start unless kAtExit).
-/// Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0, C not
+/// decode matmul) may start (LaunchDependents; at the blocks' start unless kAtExit);
+/// `launch` as launch_fused_decode_attention's (cache_attention.cuh). Throws std::invalid_argument on a null pointer, B, H, C, capacity <= 0, C not
 /// divisible by H, D = C / H not a multiple of 8 or above kMaxHeadDim, or a pointer that
 /// is not 16-byte aligned.
 void launch_decode_attention_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* keys,
                                   __nv_bfloat16* values, const DecodePosition* cursor, int capacity,
                                   __nv_bfloat16* out, int B, int H, int C, cudaStream_t stream,
-                                  LaunchDependents dependents = LaunchDependents::kAtStart);
+                                  LaunchDependents dependents = LaunchDependents::kAtStart,
+                                  DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 }  // namespace ladder

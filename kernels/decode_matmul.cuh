@@ -80,12 +80,11 @@
 // pipeline's fill, but overlaps none of the primary's work. The LayerNorm and attention
 // kernels a product follows in a step signal first thing (LaunchDependents::kAtStart,
 // device_primitives.cuh: launch_dependents_at_start), so the product streams its first
-// chunks while they run. The decode matmuls signal (griddepcontrol.launch_dependents,
-// cudaTriggerProgrammaticLaunchCompletion) once a block has read its last weight chunk:
-// the next product, launched when every block has signalled, prefetches its weight
-// while this one sums its splits and stores. Signalling earlier would be as correct (the
-// wait still waits for completion) but would let the next product's prefetch compete
-// with this one's weight stream.
+// chunks while they run. The decode matmuls signal too (griddepcontrol.launch_dependents,
+// cudaTriggerProgrammaticLaunchCompletion), first thing: the kernel after, launched when
+// every block has signalled, takes the slots this grid leaves and streams its own weight
+// (or, a LayerNorm or an attention, loads what it can) while this one streams and sums.
+// Correctness does not depend on when: the wait still waits for completion.
 // In a CUDA graph: stream capture turns the attribute into a programmatic edge between
 // the two kernel nodes, so the captured step behaves as the stream does. In the sm_90
 // SASS the wait is ACQBULK and the signal PREEXIT (the kernels' promises, checked by
@@ -100,6 +99,7 @@
 
 #include "common/device_model.hpp"
 #include "kernels/decode_matmul_layout.hpp"
+#include "kernels/launch_dependents.hpp"
 
 namespace ladder {
 
@@ -117,14 +117,6 @@ enum class DecodeEpilogue {
 /// Plain fp32 multiply-adds (the default everywhere), or TF32 tensor cores: inputs
 /// rounded to a 10-bit mantissa, fp32 accumulation (~1e-3 relative error).
 enum class DecodePrecision { kFp32, kTf32 };
-
-/// How a product's launch waits for the kernel before it on the stream.
-enum class DecodeLaunch {
-  kAfterPrevious,  ///< a plain launch: the blocks start once the previous kernel finished
-  kProgrammatic,   ///< programmatic dependent launch: the blocks may start earlier and
-                   ///< stream their weight until griddepcontrol.wait (compute capability
-                   ///< 9.0 on; elsewhere a plain launch, DecodeMatmulWorkspace)
-};
 
 /// How one product is cut into blocks (a pure function of the shape, the precision and
 /// the multiprocessor count, so one device always sums in the same order).

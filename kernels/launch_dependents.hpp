@@ -1,10 +1,20 @@
-// kernels/launch_dependents.hpp - when a kernel lets the kernel after it on the stream
-// start, if that one is a programmatic dependent launch (DecodeLaunch::kProgrammatic,
-// kernels/decode_matmul.cuh): the LayerNorm and attention kernels that precede a decode
-// matmul take it as an argument.
+// kernels/launch_dependents.hpp - how a kernel of a decode step waits for the kernel
+// before it on the stream (DecodeLaunch: plain, or a programmatic dependent launch,
+// kernels/decode_matmul.cuh), and when it lets the kernel after it start
+// (LaunchDependents): the decode matmuls, and the LayerNorm and attention kernels
+// between them, take them as arguments.
 #pragma once
 
 namespace ladder {
+
+/// How a kernel's launch waits for the kernel before it on the stream.
+enum class DecodeLaunch {
+  kAfterPrevious,  ///< a plain launch: the blocks start once the previous kernel finished
+  kProgrammatic,   ///< programmatic dependent launch: the blocks may start earlier, and
+                   ///< read nothing another kernel writes until griddepcontrol.wait (a
+                   ///< decode matmul streams its weight meanwhile; compute capability 9.0
+                   ///< on; elsewhere a plain launch, DecodeMatmulWorkspace)
+};
 
 /// When a kernel lets a programmatic dependent launched after it begin:
 ///   kAtStart - as soon as every one of its blocks has started (each block's first

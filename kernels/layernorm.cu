@@ -18,6 +18,7 @@
 #include "kernels/bfloat16_packs.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
+#include "kernels/programmatic_launch.cuh"
 
 namespace ladder {
 
@@ -52,17 +53,27 @@ __device__ __forceinline__ void normalize_row(Element* residual, const Element* 
   const Element* x_row = x + row_offset;
   Element* residual_row = kAddResidual ? residual + row_offset : nullptr;
 
-  PackedFloats<kWidth> row[kPacksPerThread];
+  // The LayerNorm's own parameters, which no kernel writes, are requested first; under a
+  // programmatic launch (DecodeLaunch) before the wait for the kernel that writes x.
   PackedFloats<kWidth> weight_packs[kPacksPerThread];
   PackedFloats<kWidth> bias_packs[kPacksPerThread];
+#pragma unroll
+  for (int k = 0; k < kPacksPerThread; ++k) {
+    const int i = threadIdx.x + k * kLayernormThreads;
+    if (i < packs) {
+      weight_packs[k] = load_pack<kWidth>(weight, i);
+      bias_packs[k] = load_pack<kWidth>(bias, i);
+    }
+  }
+  wait_for_previous_kernel();  // at once for a plain launch
+
+  PackedFloats<kWidth> row[kPacksPerThread];
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPacksPerThread; ++k) {
     const int i = threadIdx.x + k * kLayernormThreads;
     if (i < packs) {
       row[k] = load_pack<kWidth>(x_row, i);
-      weight_packs[k] = load_pack<kWidth>(weight, i);
-      bias_packs[k] = load_pack<kWidth>(bias, i);
       if constexpr (kAddResidual) {
         const PackedFloats<kWidth> residual_pack = load_pack<kWidth>(residual_row, i);
 #pragma unroll
@@ -104,7 +115,7 @@ __device__ __forceinline__ void normalize_row(Element* residual, const Element* 
   }
 }
 
-// Promises (kWidth = 4): LDG.E.128 STG.E.128 PREEXIT
+// Promises (kWidth = 4): LDG.E.128 STG.E.128 PREEXIT ACQBULK
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
@@ -118,7 +129,7 @@ __global__ void __launch_bounds__(kLayernormThreads)
 //         mean and var in fp32 over the bf16 row (R3).
 // Shapes: x, out [rows, C]; weight, bias [C]; bf16; C % kWidth == 0 (8 bf16 a pack).
 // Grid:   as layernorm_row_kernel: one block per row, C = 768 is 96 packs of 16 bytes.
-// Promises (kWidth = 8): LDG.E.128 STG.E.128 PREEXIT
+// Promises (kWidth = 8): LDG.E.128 STG.E.128 PREEXIT ACQBULK
 template <int kWidth, int kPacksPerThread>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_bf16_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
@@ -133,11 +144,12 @@ __global__ void __launch_bounds__(kLayernormThreads)
 template <bool kAddResidual>
 void launch_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
                        float* out, int rows, int C, float eps, bool packed, cudaStream_t stream,
-                       LaunchDependents dependents) {
+                       LaunchDependents dependents, DecodeLaunch decode_launch) {
   static_assert(kLayernormThreads * 1 * 8 == kMaxLayernormC, "the scalar path covers every C");
   const auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(
-        residual, x, weight, bias, out, C, eps, dependents);
+    launch_between_products(decode_launch, kernel, dim3(static_cast<unsigned int>(rows)),
+                            dim3(kLayernormThreads), 0, stream, residual, x, weight, bias, out, C,
+                            eps, dependents);
   };
   const int width = packed ? 4 : 1;
   const int packs_per_thread = (C / width + kLayernormThreads - 1) / kLayernormThreads;
@@ -172,7 +184,8 @@ void check_layernorm_arguments(const char* launcher, const void* weight, const v
 }  // namespace
 
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
-                      int C, float eps, cudaStream_t stream, LaunchDependents dependents) {
+                      int C, float eps, cudaStream_t stream, LaunchDependents dependents,
+                      DecodeLaunch launch) {
   constexpr const char* kName = "launch_layernorm";
   launch_checks::require_not_null(kName, "x", x);
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
@@ -181,7 +194,7 @@ void launch_layernorm(const float* x, const float* weight, const float* bias, fl
                       launch_checks::is_16_byte_aligned(bias) &&
                       launch_checks::is_16_byte_aligned(out);
   launch_row_kernel</*kAddResidual=*/false>(nullptr, x, weight, bias, out, rows, C, eps, packed,
-                                            stream, dependents);
+                                            stream, dependents, launch);
 }
 
 void launch_residual_layernorm(float* residual, const float* x, const float* weight,
@@ -197,12 +210,14 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
       launch_checks::is_16_byte_aligned(x) && launch_checks::is_16_byte_aligned(weight) &&
       launch_checks::is_16_byte_aligned(bias) && launch_checks::is_16_byte_aligned(out);
   launch_row_kernel</*kAddResidual=*/true>(residual, x, weight, bias, out, rows, C, eps, packed,
-                                           stream, LaunchDependents::kAtStart);
+                                           stream, LaunchDependents::kAtStart,
+                                           DecodeLaunch::kAfterPrevious);
 }
 
 void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
-                           float eps, cudaStream_t stream, LaunchDependents dependents) {
+                           float eps, cudaStream_t stream, LaunchDependents dependents,
+                           DecodeLaunch decode_launch) {
   constexpr const char* kName = "launch_layernorm_bf16";
   launch_checks::require_not_null(kName, "x", x);
   check_layernorm_arguments(kName, weight, bias, out, rows, C, eps);
@@ -211,8 +226,9 @@ void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                       launch_checks::is_16_byte_aligned(bias) &&
                       launch_checks::is_16_byte_aligned(out);
   const auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned int>(rows), kLayernormThreads, 0, stream>>>(x, weight, bias, out,
-                                                                              C, eps, dependents);
+    launch_between_products(decode_launch, kernel, dim3(static_cast<unsigned int>(rows)),
+                            dim3(kLayernormThreads), 0, stream, x, weight, bias, out, C, eps,
+                            dependents);
   };
   // C <= 2048 = kMaxLayernormC: one pack of 8 per thread, or up to 8 single values.
   const int packs_per_thread = (C + kLayernormThreads - 1) / kLayernormThreads;

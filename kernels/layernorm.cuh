@@ -19,12 +19,16 @@ namespace ladder {
 /// One block per row, the row in registers; two passes over it (mean, then the sum of
 /// squared deviations) keep the variance accurate even when the mean is large.
 /// `dependents`: when a programmatic dependent launched next (a decode matmul) may start
-/// (LaunchDependents; every block lets it at its start unless kAtExit).
+/// (LaunchDependents; every block lets it at its start unless kAtExit). `launch`: how
+/// this launch waits for the kernel before it (DecodeLaunch; with kProgrammatic its
+/// blocks load weight and bias, then wait for that kernel before they read x;
+/// kernels/programmatic_launch.cuh says where it may be passed). The same bits either way.
 /// Throws std::invalid_argument on a null pointer, rows, C <= 0, C > kMaxLayernormC,
 /// or eps < 0 or not finite.
 void launch_layernorm(const float* x, const float* weight, const float* bias, float* out, int rows,
                       int C, float eps, cudaStream_t stream,
-                      LaunchDependents dependents = LaunchDependents::kAtStart);
+                      LaunchDependents dependents = LaunchDependents::kAtStart,
+                      DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 /// The residual add and the LayerNorm that follows it, fused: for each row r,
 ///   residual[r, :] += x[r, :];   out[r, :] = LayerNorm(residual[r, :]) (as above).
@@ -47,10 +51,11 @@ void launch_residual_layernorm(float* residual, const float* x, const float* wei
 /// values, never stored. No fused residual add: in the bf16 step the residual add is
 /// the matmul epilogue's (R6, launch_decode_matmul_bf16 with kBiasResidual), which
 /// stores only the sum. One block per row as launch_layernorm; out may equal x;
-/// `dependents` as there. Throws std::invalid_argument as launch_layernorm.
+/// `dependents` and `launch` as there. Throws std::invalid_argument as launch_layernorm.
 void launch_layernorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                            const __nv_bfloat16* bias, __nv_bfloat16* out, int rows, int C,
                            float eps, cudaStream_t stream,
-                           LaunchDependents dependents = LaunchDependents::kAtStart);
+                           LaunchDependents dependents = LaunchDependents::kAtStart,
+                           DecodeLaunch launch = DecodeLaunch::kAfterPrevious);
 
 }  // namespace ladder

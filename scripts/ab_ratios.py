@@ -3,9 +3,11 @@
 from the JSON files of one scripts/ab_kernel.sh call.
 
     python3 scripts/ab_ratios.py RESULTS/ab.tar.gz > RESULTS/ratios.md
+    python3 scripts/ab_ratios.py RESULTS/ab_console.txt > RESULTS/ratios.md
 
 Reads ab/V.rR.CH.bB.json from the archive (or from a folder holding ab/): every variant,
-round, chapter and batch it finds. Prints a Markdown table: per chapter and B, variant
+round, chapter and batch it finds. Where the archive did not come back, the summary that
+ab_kernel.sh prints last (its "variant round | ..." table, 4 decimals a step) serves. Prints a Markdown table: per chapter and B, variant
 a's ms a step in each round, then every other variant's ratio to a in the same round.
 """
 import json
@@ -18,10 +20,40 @@ from pathlib import Path
 NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d)\.b(\d+)\.json$")
 
 
+# ab_kernel.sh's summary: a header cell "09 B = 32 ms/step (hash)", a row "b 2 | ...".
+CONSOLE_COLUMN = re.compile(r"^(\d\d) B = (\d+) ms/step")
+CONSOLE_ROW = re.compile(r"^([a-z]) (\d+) \|")
+
+
+def read_console(text):
+    """{(variant, round, chapter, batch): ms a step} from ab_kernel.sh's printed summary."""
+    runs = {}
+    columns = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split("|")]
+        if cells[0] == "variant round":
+            columns = [CONSOLE_COLUMN.match(cell) for cell in cells]
+            continue
+        row = CONSOLE_ROW.match(line)
+        if not row:
+            continue
+        for column, cell in zip(columns, cells):
+            words = cell.split()
+            if column and words:
+                try:
+                    value = float(words[0])
+                except ValueError:
+                    continue
+                runs[(row.group(1), int(row.group(2)), column.group(1), int(column.group(2)))] = value
+    return runs
+
+
 def read_runs(source):
     """{(variant, round, chapter, batch): ms a step}."""
     runs = {}
     path = Path(source)
+    if path.is_file() and not tarfile.is_tarfile(path):
+        return read_console(path.read_text())
     if path.is_dir():
         files = [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*.json")]
     else:
@@ -39,10 +71,10 @@ def read_runs(source):
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit("usage: python3 scripts/ab_ratios.py AB_TAR_GZ_OR_FOLDER")
+        sys.exit("usage: python3 scripts/ab_ratios.py AB_TAR_GZ_OR_FOLDER_OR_CONSOLE")
     runs = read_runs(sys.argv[1])
     if not runs:
-        sys.exit(f"ab_ratios.py: no ab/V.rR.CH.bB.json in {sys.argv[1]}")
+        sys.exit(f"ab_ratios.py: no ab/V.rR.CH.bB.json and no ab_kernel.sh summary in {sys.argv[1]}")
     variants = sorted({key[0] for key in runs})
     rounds = sorted({key[1] for key in runs})
     cases = sorted({(key[2], key[3]) for key in runs})

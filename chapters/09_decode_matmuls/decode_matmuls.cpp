@@ -334,8 +334,11 @@ class Gpt2Decoder final : public Decoder {
       float* values = cache.layer_values(layer_index);
       // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
+      // NEW in chapter 09: launched as the products are (step.launch()), so its blocks
+      // are resident, waiting for c_attn, before c_attn has finished.
       launch_fused_decode_attention(qkv, keys, values, cursor, cache.capacity, attended,
-                                    cache.attention_workspace, B, H, C, stream);
+                                    cache.attention_workspace, B, H, C, stream,
+                                    LaunchDependents::kAtStart, step.launch());
     });
     return lm_head(step, activations, B, /*T=*/1);
   }
@@ -357,9 +360,12 @@ class Gpt2Decoder final : public Decoder {
     float* expanded = activations.expanded;
     // The first LayerNorm; every later one follows a product whose epilogue already added
     // its output to the residual stream.
+    // NEW in chapter 09: every LayerNorm launches as the products do (step.launch()): its
+    // blocks load its weight and bias while the kernel before finishes.
+    const LaunchDependents dependents = LaunchDependents::kAtStart;
     const DeviceLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
-                     stream);
+                     stream, dependents, step.launch());
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
       const DeviceLayer layer = model_.layer(layer_index);
       // NEW in chapter 09: the matrices come packed; the biases stay in the model.
@@ -373,7 +379,8 @@ class Gpt2Decoder final : public Decoder {
         // follows is a LayerNorm of one input.
         step.linear(attended, packed.attn_proj_weight, layer.attn_proj_bias, hidden, rows, C, C,
                     DecodeEpilogue::kBiasResidual);
-        launch_layernorm(hidden, layer.ln_2_weight, layer.ln_2_bias, normed, rows, C, eps, stream);
+        launch_layernorm(hidden, layer.ln_2_weight, layer.ln_2_bias, normed, rows, C, eps, stream,
+                         dependents, step.launch());
       }
       {
         NvtxRange range("mlp block");
@@ -384,7 +391,8 @@ class Gpt2Decoder final : public Decoder {
         step.linear(expanded, packed.mlp_proj_weight, layer.mlp_proj_bias, hidden, rows, 4 * C, C,
                     DecodeEpilogue::kBiasResidual);
         const LayerNormParameters next = layernorm_after(layer_index);
-        launch_layernorm(hidden, next.weight, next.bias, normed, rows, C, eps, stream);
+        launch_layernorm(hidden, next.weight, next.bias, normed, rows, C, eps, stream, dependents,
+                         step.launch());
       }
     }
   }

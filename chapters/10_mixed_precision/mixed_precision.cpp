@@ -338,8 +338,10 @@ class Gpt2Decoder final : public Decoder {
       // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       // NEW in chapter 10: the bf16 cache read in 16-byte pieces, the softmax in fp32.
+      // NEW in chapter 09: launched as the products are (step.launch()), so its blocks
+      // are resident, waiting for c_attn, before c_attn has finished.
       launch_decode_attention_bf16(qkv, keys, values, cursor, cache.capacity, attended, B, H, C,
-                                   stream);
+                                   stream, LaunchDependents::kAtStart, step.launch());
     });
     return lm_head(step, activations, B, /*T=*/1);
   }
@@ -361,9 +363,12 @@ class Gpt2Decoder final : public Decoder {
     bf16* expanded = activations.expanded;
     // The first LayerNorm; every later one follows a product whose epilogue already added
     // its output to the residual stream.
+    // NEW in chapter 09: every LayerNorm launches as the products do (step.launch()): its
+    // blocks load its weight and bias while the kernel before finishes.
+    const LaunchDependents dependents = LaunchDependents::kAtStart;
     const BfloatDeviceLayer first_layer = model_.layer(0);
     launch_layernorm_bf16(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C,
-                          eps, stream);
+                          eps, stream, dependents, step.launch());
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
       // NEW in chapter 10: the matrices come packed with the biases, all in bf16.
       const BfloatDeviceLayer layer = model_.layer(layer_index);
@@ -377,7 +382,7 @@ class Gpt2Decoder final : public Decoder {
         step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, hidden, rows, C, C,
                     DecodeEpilogue::kBiasResidual);
         launch_layernorm_bf16(hidden, layer.ln_2_weight, layer.ln_2_bias, normed, rows, C, eps,
-                              stream);
+                              stream, dependents, step.launch());
       }
       {
         NvtxRange range("mlp block");
@@ -388,7 +393,8 @@ class Gpt2Decoder final : public Decoder {
         step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, hidden, rows, 4 * C, C,
                     DecodeEpilogue::kBiasResidual);
         const LayerNormParameters next = layernorm_after(layer_index);
-        launch_layernorm_bf16(hidden, next.weight, next.bias, normed, rows, C, eps, stream);
+        launch_layernorm_bf16(hidden, next.weight, next.bias, normed, rows, C, eps, stream,
+                              dependents, step.launch());
       }
     }
   }

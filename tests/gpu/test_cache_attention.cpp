@@ -374,7 +374,8 @@ TEST_CASE("cache attention launchers reject bad arguments", "[kernels]") {
 
   // fused: (qkv, keys, values, cursor, capacity, out, workspace, B, H, C)
   const auto fused =
-      test::on_default_stream(launch_fused_decode_attention, LaunchDependents::kAtStart);
+      test::on_default_stream(launch_fused_decode_attention, LaunchDependents::kAtStart,
+                              DecodeLaunch::kAfterPrevious);
   CHECK_THROWS_AS(fused(in, out, out, cursor, 4, out, workspace, 0, 2, 64), std::invalid_argument);
   CHECK_THROWS_AS(fused(in, out, out, cursor, 0, out, workspace, 1, 2, 64), std::invalid_argument);
   CHECK_THROWS_AS(fused(in, out, out, cursor, 4, out, workspace, 1, 0, 64), std::invalid_argument);

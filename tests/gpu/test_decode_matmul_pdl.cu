@@ -9,7 +9,9 @@
 // exit (kAtExit); the reference is every kernel plainly launched and none signalling.
 // fp32, TF32 and bf16. Each place is a test case of its own, named after it ("... -
 // InAStream", "- InACapturedGraph", "- InAWhileBody"; "- PlainInAWhileBody" is the WHILE
-// body with the products plainly launched): gpu_tests "*InAWhileBody".
+// body with the products plainly launched): gpu_tests "*InAWhileBody". The LayerNorms and
+// the attention are launched plainly, and in a second run of each place programmatically
+// too (ladder::launch_between_products), each waiting on the GPU for the product before it.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
@@ -59,14 +61,14 @@ struct Fp32Chain {
     return fused_decode_attention_workspace_bytes(B, kH, kC, kCapacity);
   }
   static void layernorm(const float* x, const float* weight, const float* bias, float* out, int B,
-                        cudaStream_t stream, LaunchDependents dependents) {
-    launch_layernorm(x, weight, bias, out, B, kC, kEps, stream, dependents);
+                        cudaStream_t stream, LaunchDependents dependents, DecodeLaunch launch) {
+    launch_layernorm(x, weight, bias, out, B, kC, kEps, stream, dependents, launch);
   }
   static void attention(const float* qkv, float* keys, float* values, const DecodePosition* cursor,
                         float* out, void* workspace, int B, cudaStream_t stream,
-                        LaunchDependents dependents) {
+                        LaunchDependents dependents, DecodeLaunch launch) {
     launch_fused_decode_attention(qkv, keys, values, cursor, kCapacity, out, workspace, B, kH, kC,
-                                  stream, dependents);
+                                  stream, dependents, launch);
   }
   void linear(const float* x, const float* weight, const float* bias, float* out, int B, int K,
               int N, DecodeEpilogue epilogue, test::DecodeQueue& queue, cudaStream_t stream,
@@ -102,15 +104,15 @@ struct Bf16Chain {
   static std::size_t attention_workspace_bytes(int) { return 0; }  // none needed
   static void layernorm(const std::uint16_t* x, const std::uint16_t* weight,
                         const std::uint16_t* bias, std::uint16_t* out, int B, cudaStream_t stream,
-                        LaunchDependents dependents) {
+                        LaunchDependents dependents, DecodeLaunch launch) {
     launch_layernorm_bf16(bf16(x), bf16(weight), bf16(bias), bf16(out), B, kC, kEps, stream,
-                          dependents);
+                          dependents, launch);
   }
   static void attention(const std::uint16_t* qkv, std::uint16_t* keys, std::uint16_t* values,
                         const DecodePosition* cursor, std::uint16_t* out, void*, int B,
-                        cudaStream_t stream, LaunchDependents dependents) {
+                        cudaStream_t stream, LaunchDependents dependents, DecodeLaunch launch) {
     launch_decode_attention_bf16(bf16(qkv), bf16(keys), bf16(values), cursor, kCapacity, bf16(out),
-                                 B, kH, kC, stream, dependents);
+                                 B, kH, kC, stream, dependents, launch);
   }
   void linear(const std::uint16_t* x, const std::uint16_t* weight, const std::uint16_t* bias,
               std::uint16_t* out, int B, int K, int N, DecodeEpilogue epilogue,
@@ -208,19 +210,23 @@ class LayerChain {
 
   /// Enqueues the chain `repeats` times on `stream` (no host synchronization: capturable):
   /// the products launched as `launch` says, the LayerNorms and the attention letting a
-  /// programmatic product after them start as `dependents` says.
+  /// programmatic product after them start as `dependents` says, and launched as
+  /// `between` says.
   void enqueue(test::DecodeQueue& queue, cudaStream_t stream, DecodeLaunch launch,
-               LaunchDependents dependents, int repeats = kRepeats) {
+               LaunchDependents dependents, int repeats = kRepeats,
+               DecodeLaunch between = DecodeLaunch::kAfterPrevious) {
+    if (!queue.workspace.programmatic_launches()) between = DecodeLaunch::kAfterPrevious;
     const auto layernorm = [&](const LayerNormWeights& ln) {
       Chain::layernorm(hidden_.get(), ln.weight.get(), ln.bias.get(), normed_.get(), B_, stream,
-                       dependents);
+                       dependents, between);
     };
     for (int repeat = 0; repeat < repeats; ++repeat) {
       layernorm(ln_1_);
       chain_.linear(normed_.get(), qkv_weight_.get(), qkv_bias_.get(), qkv_.get(), B_, kC, 3 * kC,
                     DecodeEpilogue::kBias, queue, stream, launch);
       Chain::attention(qkv_.get(), cache_keys_.get(), cache_values_.get(), cursor_.get(),
-                       attended_.get(), attention_workspace_.get(), B_, stream, dependents);
+                       attended_.get(), attention_workspace_.get(), B_, stream, dependents,
+                       between);
       chain_.linear(attended_.get(), proj_weight_.get(), proj_bias_.get(), hidden_.get(), B_, kC,
                     kC, DecodeEpilogue::kBiasResidual, queue, stream, launch);
       layernorm(ln_2_);
@@ -297,7 +303,8 @@ __global__ void count_down_kernel(cudaGraphConditionalHandle condition, int* pas
 // (scripts/gpu_check.sh, sanitize), and the stream and the graph are checked all the same.
 
 /// In a stream: programmatic products after kernels that let them start at their exit,
-/// then at their start.
+/// then at their start; then the LayerNorms and the attention launched programmatically
+/// too.
 struct InAStream {
   template <typename Chain>
   static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
@@ -309,37 +316,59 @@ struct InAStream {
       queue.stream.synchronize();
       CHECK(layer.result() == plain);
     }
-  }
-};
-
-/// Captured: the attribute becomes programmatic edges between the kernel nodes.
-struct InACapturedGraph {
-  template <typename Chain>
-  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
-    const cudaStream_t stream = queue.stream.get();
-    const CudaGraph graph = capture_graph(
-        stream,
-        [&] {
-          layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart);
-        },
-        "PDL chain");
-    if (queue.workspace.programmatic_launches()) CHECK(programmatic_edges(graph.get()) > 0);
-    INFO("reached: instantiating the graph");  // a crash's report lists the steps reached
-    const CudaGraphExec executable(graph, "PDL chain");
+    INFO("the LayerNorms and the attention launched programmatically too");
     layer.reset();
-    INFO("reached: launching the graph and waiting for it");
-    executable.launch(stream);
-    synchronize_stage(stream, "the PDL chain graph");
-    INFO("reached: reading the results back");
+    layer.enqueue(queue, queue.stream.get(), DecodeLaunch::kProgrammatic,
+                  LaunchDependents::kAtStart, kRepeats, DecodeLaunch::kProgrammatic);
+    queue.stream.synchronize();
     CHECK(layer.result() == plain);
   }
 };
 
+/// Captured: the attribute becomes programmatic edges between the kernel nodes; with the
+/// LayerNorms and the attention launched programmatically too, one more edge for each of
+/// them but the chain's first LayerNorm (4 a repeat: ln_1, the attention, ln_2, ln_f).
+struct InACapturedGraph {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    const cudaStream_t stream = queue.stream.get();
+    std::size_t products_edges = 0;
+    for (const DecodeLaunch between : {DecodeLaunch::kAfterPrevious, DecodeLaunch::kProgrammatic}) {
+      CAPTURE(between == DecodeLaunch::kProgrammatic);
+      const CudaGraph graph = capture_graph(
+          stream,
+          [&] {
+            layer.enqueue(queue, stream, DecodeLaunch::kProgrammatic, LaunchDependents::kAtStart,
+                          kRepeats, between);
+          },
+          "PDL chain");
+      if (queue.workspace.programmatic_launches()) {
+        if (between == DecodeLaunch::kAfterPrevious) {
+          products_edges = programmatic_edges(graph.get());
+          CHECK(products_edges > 0);
+        } else {
+          CHECK(programmatic_edges(graph.get()) == products_edges + 4 * kRepeats - 1);
+        }
+      }
+      INFO("reached: instantiating the graph");  // a crash's report lists the steps reached
+      const CudaGraphExec executable(graph, "PDL chain");
+      layer.reset();
+      INFO("reached: launching the graph and waiting for it");
+      executable.launch(stream);
+      synchronize_stage(stream, "the PDL chain graph");
+      INFO("reached: reading the results back");
+      CHECK(layer.result() == plain);
+    }
+  }
+};
+
 /// The chain inside a WHILE node's body, one chain per pass, its products launched as
-/// `launch` says and the kernels before them signalling at their start.
+/// `launch` says, the kernels before them signalling at their start and launched as
+/// `between` says.
 template <typename Chain>
 void check_in_while_body(LayerChain<Chain>& layer, test::DecodeQueue& queue,
-                         const ChainResult& plain, DecodeLaunch launch) {
+                         const ChainResult& plain, DecodeLaunch launch,
+                         DecodeLaunch between = DecodeLaunch::kAfterPrevious) {
   require_conditional_nodes();
   const cudaStream_t stream = queue.stream.get();
   test::DeviceArray<int> passes_left(1);
@@ -351,14 +380,15 @@ void check_in_while_body(LayerChain<Chain>& layer, test::DecodeQueue& queue,
   capture_into_graph(
       body, stream,
       [&] {
-        layer.enqueue(queue, stream, launch, LaunchDependents::kAtStart, /*repeats=*/1);
+        layer.enqueue(queue, stream, launch, LaunchDependents::kAtStart, /*repeats=*/1, between);
         count_down_kernel<<<1, 1, 0, stream>>>(condition, passes_left.get());
         CUDA_CHECK_LAUNCH(stream);
       },
       "chain loop body");
   if (launch == DecodeLaunch::kProgrammatic && queue.workspace.programmatic_launches())
     CHECK(programmatic_edges(body) > 0);
-  if (launch == DecodeLaunch::kAfterPrevious) CHECK(programmatic_edges(body) == 0);
+  if (launch == DecodeLaunch::kAfterPrevious && between == DecodeLaunch::kAfterPrevious)
+    CHECK(programmatic_edges(body) == 0);
   INFO("reached: instantiating the loop graph");  // a crash's report lists the steps reached
   const CudaGraphExec loop_executable(loop, "chain loop");
   layer.reset();
@@ -376,6 +406,16 @@ struct InAWhileBody {
   template <typename Chain>
   static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
     check_in_while_body(layer, queue, plain, DecodeLaunch::kProgrammatic);
+  }
+};
+
+/// The same WHILE body with the LayerNorms and the attention launched programmatically
+/// too, as chapters 09 and 10 run them.
+struct AllProgrammaticInAWhileBody {
+  template <typename Chain>
+  static void check(LayerChain<Chain>& layer, test::DecodeQueue& queue, const ChainResult& plain) {
+    check_in_while_body(layer, queue, plain, DecodeLaunch::kProgrammatic,
+                        DecodeLaunch::kProgrammatic);
   }
 };
 
@@ -411,7 +451,8 @@ constexpr int kBatches[] = {1, 7, 32, 64};
 TEMPLATE_TEST_CASE(
     "programmatic launches of the fp32 and tf32 decode matmuls, after LayerNorms and the "
     "attention that let them start early, give the plain launches' bits",
-    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody, PlainInAWhileBody) {
+    "[kernels][decode_matmul][pdl]", InAStream, InACapturedGraph, InAWhileBody,
+    AllProgrammaticInAWhileBody, PlainInAWhileBody) {
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     CAPTURE(precision == DecodePrecision::kTf32);
     for (const int B : kBatches) check_launches_agree<TestType>(Fp32Chain{precision}, B);
@@ -422,7 +463,7 @@ TEMPLATE_TEST_CASE(
     "programmatic launches of the bf16 decode matmuls, after LayerNorms and the attention "
     "that let them start early, give the plain launches' bits",
     "[kernels][decode_matmul][bf16][pdl]", InAStream, InACapturedGraph, InAWhileBody,
-    PlainInAWhileBody) {
+    AllProgrammaticInAWhileBody, PlainInAWhileBody) {
   for (const int B : kBatches) check_launches_agree<TestType>(Bf16Chain{}, B);
 }
 
