@@ -115,7 +115,7 @@ __device__ __forceinline__ void normalize_row(Element* residual, const Element* 
   }
 }
 
-// Promises (kWidth = 4): LDG.E.128 STG.E.128 PREEXIT ACQBULK
+// Promises (kWidth = 4): LDG.E.128<ACQBULK STG.E.128 PREEXIT
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kLayernormThreads)
 //         mean and var in fp32 over the bf16 row (R3).
 // Shapes: x, out [rows, C]; weight, bias [C]; bf16; C % kWidth == 0 (8 bf16 a pack).
 // Grid:   as layernorm_row_kernel: one block per row, C = 768 is 96 packs of 16 bytes.
-// Promises (kWidth = 8): LDG.E.128 STG.E.128 PREEXIT ACQBULK
+// Promises (kWidth = 8): LDG.E.128<ACQBULK STG.E.128 PREEXIT
 template <int kWidth, int kPacksPerThread>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_bf16_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
