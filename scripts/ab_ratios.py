@@ -14,7 +14,6 @@ import json
 import re
 import sys
 import tarfile
-from collections import defaultdict
 from pathlib import Path
 
 NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d)\.b(\d+)\.json$")

@@ -7,7 +7,6 @@ an archive without them is refused with one line and a non-zero exit.
     python3 tests/scripts/test_ab_ratios.py
 
 Runs on any machine: the archive is made here."""
-import io
 import json
 import subprocess
 import sys
@@ -15,20 +14,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ab_ratios.py"
+from script_checks import SCRIPTS, add_to_archive as add, expect
 
-
-def expect(condition, message):
-    if not condition:
-        sys.exit(f"test_ab_ratios: {message}")
-
-
-def add(archive, name, text):
-    data = text.encode()
-    member = tarfile.TarInfo(name)
-    member.size = len(data)
-    archive.addfile(member, io.BytesIO(data))
-
+SCRIPT = SCRIPTS / "ab_ratios.py"
 
 with tempfile.TemporaryDirectory() as work:
     path = Path(work) / "ab.tar.gz"

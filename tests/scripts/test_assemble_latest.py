@@ -8,7 +8,6 @@ run.json, and a result directory that holds results already (unless --replace).
     python3 tests/scripts/test_assemble_latest.py
 
 Runs on any machine: the archives are made here."""
-import io
 import json
 import subprocess
 import sys
@@ -16,22 +15,17 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "assemble_latest.py"
+from script_checks import SCRIPTS, add_to_archive, expect
 
-
-def expect(condition, message):
-    if not condition:
-        sys.exit(f"test_assemble_latest: {message}")
+SCRIPT = SCRIPTS / "assemble_latest.py"
 
 
 def archive(path, files):
     """A ladder.tar.gz as gpu_check.sh packs it: ladder/NAME for each {NAME: document}."""
     with tarfile.open(path, "w:gz") as packed:
         for name, document in files.items():
-            data = (document if isinstance(document, str) else json.dumps(document)).encode()
-            member = tarfile.TarInfo(f"ladder/{name}")
-            member.size = len(data)
-            packed.addfile(member, io.BytesIO(data))
+            add_to_archive(packed, f"ladder/{name}",
+                           document if isinstance(document, str) else json.dumps(document))
     return str(path)
 
 

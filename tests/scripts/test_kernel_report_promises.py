@@ -8,9 +8,10 @@ SASS to them: an opcode missing, a pair in the wrong order, a pair with a side m
 Runs on any machine (no build, no cuobjdump): the SASS is a made-up listing."""
 import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from script_checks import SCRIPTS, expect
+
+sys.path.insert(0, str(SCRIPTS))
 import kernel_report  # noqa: E402
 
 
@@ -20,11 +21,6 @@ def info_of(listing):
     for index, opcode in enumerate(listing):
         first_at.setdefault(opcode, index)
     return {"opcodes": Counter(listing), "first_at": first_at}
-
-
-def expect(condition, message):
-    if not condition:
-        sys.exit(f"test_kernel_report_promises: {message}")
 
 
 line = " LDG.E.128<ACQBULK HMMA.16816.F32.BF16 PREEXIT UCGABAR_ARV UCGABAR_WAIT"
