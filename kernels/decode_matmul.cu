@@ -381,10 +381,7 @@ __device__ __forceinline__ float* dynamic_shared_memory() {
 template <int kRows, bool kXVector>
 __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_fp32_kernel(const DecodeMatmulArguments a) {
-  // The next kernel on the stream may launch as soon as every block has started
-  // (kernels/decode_matmul.cuh, "Programmatic dependent launch"): its blocks take the
-  // slots this grid leaves and stream their weight beside this one's.
-  allow_next_kernel_to_launch();
+  allow_next_kernel_to_launch();  // first thing: decode_matmul.cuh, "Programmatic dependent launch"
   using Tiling = FmaTiling<kRows>;
   constexpr int kThreadRows = Tiling::kThreadRows;
   float* shared = dynamic_shared_memory();
@@ -513,10 +510,7 @@ __global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRo
     decode_matmul_fp32_direct_kernel(const DecodeMatmulArguments a) {
   static_assert(is_register_direct(kRows, DecodePrecision::kFp32) && kRows % 2 == 0,
                 "register-direct row tiles: 2 or 8");
-  // The next kernel on the stream may launch as soon as every block has started
-  // (kernels/decode_matmul.cuh, "Programmatic dependent launch"): its blocks take the
-  // slots this grid leaves and stream their weight beside this one's.
-  allow_next_kernel_to_launch();
+  allow_next_kernel_to_launch();  // first thing: decode_matmul.cuh, "Programmatic dependent launch"
   constexpr int kChunkFloats = kChunkRows * kTileColumns;     // 32 rows x 64 columns, contiguous
   constexpr int kStepFloats = kDirectKGroups * kTileColumns;  // 16 rows
   float* shared = dynamic_shared_memory();
@@ -652,10 +646,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
     decode_matmul_tf32_kernel(const DecodeMatmulArguments a) {
   constexpr int kMTiles = kRows / 16;
   static_assert(kMTiles * 16 == kRows, "tf32 row tiles are multiples of 16");
-  // The next kernel on the stream may launch as soon as every block has started
-  // (kernels/decode_matmul.cuh, "Programmatic dependent launch"): its blocks take the
-  // slots this grid leaves and stream their weight beside this one's.
-  allow_next_kernel_to_launch();
+  allow_next_kernel_to_launch();  // first thing: decode_matmul.cuh, "Programmatic dependent launch"
   float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;

@@ -88,10 +88,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
   constexpr int kMTiles = kRows / 16;
   static_assert(kMTiles * 16 == kRows, "bf16 row tiles are multiples of 16");
-  // The next kernel on the stream may launch as soon as every block has started
-  // (kernels/decode_matmul.cuh, "Programmatic dependent launch"): its blocks take the
-  // slots this grid leaves and stream their weight beside this one's.
-  allow_next_kernel_to_launch();
+  allow_next_kernel_to_launch();  // first thing: decode_matmul.cuh, "Programmatic dependent launch"
   __shared__ float4 shared_storage[kKGroups * kRows * kTileStride / 4];
   float* shared = reinterpret_cast<float*>(shared_storage);
   const int split = blockIdx.x;
