@@ -81,10 +81,12 @@
 // kernels a product follows in a step signal first thing (LaunchDependents::kAtStart,
 // device_primitives.cuh: launch_dependents_at_start), so the product streams its first
 // chunks while they run. The decode matmuls signal too (griddepcontrol.launch_dependents,
-// cudaTriggerProgrammaticLaunchCompletion), first thing: the kernel after, launched when
-// every block has signalled, takes the slots this grid leaves and streams its own weight
-// (or, a LayerNorm or an attention, loads what it can) while this one streams and sums.
-// Correctness does not depend on when: the wait still waits for completion.
+// cudaTriggerProgrammaticLaunchCompletion): the fp32 and TF32 kernels first thing, so
+// the kernel after, launched when every block has signalled, takes the slots this grid
+// leaves and streams its own weight (or, a LayerNorm or an attention, loads what it can)
+// while this one streams and sums; the bf16 kernel once a block has read its last weight
+// chunk, so its stream has the memory to itself. Correctness does not depend on when:
+// the wait still waits for completion.
 // In a CUDA graph: stream capture turns the attribute into a programmatic edge between
 // the two kernel nodes, so the captured step behaves as the stream does. In the sm_90
 // SASS the wait is ACQBULK and the signal PREEXIT (the kernels' promises, checked by

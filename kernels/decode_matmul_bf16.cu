@@ -88,7 +88,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
   constexpr int kMTiles = kRows / 16;
   static_assert(kMTiles * 16 == kRows, "bf16 row tiles are multiples of 16");
-  allow_next_kernel_to_launch();  // first thing: decode_matmul.cuh, "Programmatic dependent launch"
   __shared__ float4 shared_storage[kKGroups * kRows * kTileStride / 4];
   float* shared = reinterpret_cast<float*>(shared_storage);
   const int split = blockIdx.x;
@@ -158,6 +157,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       load_weights(chunk + i + kChunksAhead, ahead[i]);
     }
   }
+  // Unlike the fp32 kernels, the next kernel may launch only once every block has read
+  // its last weight chunk (kernels/decode_matmul.cuh, "Programmatic dependent launch"):
+  // a bf16 product streams half fp32's bytes, so at small B its stream is most of its
+  // time, and a neighbour launched early would share it.
+  allow_next_kernel_to_launch();
 
   decode_common::store_mma_sums<kRows>(shared, k_group, column_group, g, u, sums);
   decode_common::finish_tile<kRows>(a, tile, split, shared, kKGroups);

@@ -279,35 +279,45 @@ __device__ __forceinline__ void sum_k_groups(float* shared, int groups, int B) {
 /// The quads (four neighbouring columns, one float4) of a tile row.
 constexpr int kQuadsPerRow = kTileColumns / 4;
 
-/// For every quad e in [first, end) of a tile (e = 16 row + quad): the S partials that
-/// load(s, e) returns, added in split order, 0 to S - 1, and stored into the tile
-/// `tile_values` ([rows][kTileStride]). The one order both ways of gathering the splits
-/// use, so both give the same bits. Thread t takes quads first + t, + kThreads, ... (at
-/// most kRows * 16 / kThreads of them) and loads a group of splits of all of them before
-/// it adds any: four splits a group with one quad a thread, two with more (so the 32-row
-/// tf32 kernel keeps to 64 registers, four blocks a multiprocessor). The loads of a group
-/// are predicated, not branched around, so they are in flight together.
-template <int kRows, typename Load>
+/// For every quad e in [first, end) of a tile (e = 16 row + quad): the S partial tiles'
+/// quads, added in split order, 0 to S - 1, and stored into the tile `tile_values`
+/// ([rows][kTileStride]). The one order both ways of gathering the splits use, so both
+/// give the same bits. split_tile(s) points at split s's partial tile, whose rows lie
+/// `row_stride` floats apart; load(at) reads the float4 at `at`. Thread t takes quads
+/// first + t, + kThreads, ... (at most kRows * 16 / kThreads of them), forms their
+/// offsets once and loads a group of splits of all of them before it adds any: four
+/// splits a group with one quad a thread, two with more (so the 32-row tf32 kernel keeps
+/// to 64 registers, four blocks a multiprocessor). A group's loads are predicated, not
+/// branched around, so they are in flight together, and each costs one address add.
+template <int kRows, typename SplitTile, typename Load>
 __device__ __forceinline__ void sum_splits_in_order(float* tile_values, int first, int end,
-                                                    int splits, const Load& load) {
+                                                    int splits, int row_stride,
+                                                    const SplitTile& split_tile,
+                                                    const Load& load) {
   constexpr int kQuadsPerThread = (kRows * kQuadsPerRow + kThreads - 1) / kThreads;
   constexpr int kSplitsAtOnce = kQuadsPerThread == 1 ? 4 : 2;
   int quads[kQuadsPerThread];
+  int offsets[kQuadsPerThread];  // in a partial tile
   bool inside[kQuadsPerThread];
   float4 sums[kQuadsPerThread];
+  const float* first_tile = split_tile(0);
 #pragma unroll
   for (int j = 0; j < kQuadsPerThread; ++j) {
     quads[j] = first + static_cast<int>(threadIdx.x) + j * kThreads;
     inside[j] = quads[j] < end;
-    sums[j] = inside[j] ? load(0, quads[j]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    offsets[j] = (quads[j] / kQuadsPerRow) * row_stride + 4 * (quads[j] % kQuadsPerRow);
+    sums[j] = inside[j] ? load(first_tile + offsets[j]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   for (int group = 1; group < splits; group += kSplitsAtOnce) {
+    const float* tiles[kSplitsAtOnce];
+#pragma unroll
+    for (int k = 0; k < kSplitsAtOnce; ++k) tiles[k] = split_tile(min(group + k, splits - 1));
     float4 more[kQuadsPerThread][kSplitsAtOnce];
 #pragma unroll
     for (int j = 0; j < kQuadsPerThread; ++j) {
 #pragma unroll
       for (int k = 0; k < kSplitsAtOnce; ++k)
-        more[j][k] = inside[j] && group + k < splits ? load(group + k, quads[j])
+        more[j][k] = inside[j] && group + k < splits ? load(tiles[k] + offsets[j])
                                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
@@ -434,13 +444,13 @@ __device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, 
   const int end_row = min(a.B, first_row + rows_per_rank);
   cluster.sync();  // every split's partial is in its block's shared memory
   // Rank r writes only its own rows of its own tile, which no other rank reads.
-  sum_splits_in_order<kRows>(tile_values, first_row * kQuadsPerRow, end_row * kQuadsPerRow,
-                             a.splits, [&](int s, int e) {
-                               return *reinterpret_cast<const float4*>(
-                                   cluster.map_shared_rank(tile_values,
-                                                           static_cast<unsigned int>(s)) +
-                                   (e / kQuadsPerRow) * kTileStride + 4 * (e % kQuadsPerRow));
-                             });
+  sum_splits_in_order<kRows>(
+      tile_values, first_row * kQuadsPerRow, end_row * kQuadsPerRow, a.splits, kTileStride,
+      [&](int s) {
+        return static_cast<const float*>(
+            cluster.map_shared_rank(tile_values, static_cast<unsigned int>(s)));
+      },
+      [](const float* at) { return *reinterpret_cast<const float4*>(at); });
   // This block has read what it needs of the others' shared memory. No block may exit
   // while another still reads its partial: arrive now, wait before the end. The arrival
   // needs no release fence (this block wrote nothing the others read since the first
@@ -479,10 +489,9 @@ __device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int
   __syncthreads();
   if (!last_to_arrive) return false;
   __threadfence();  // see the other blocks' partials, not stale lines
-  sum_splits_in_order<kRows>(tile_values, 0, a.B * kQuadsPerRow, a.splits, [&](int s, int e) {
-    return __ldcg(reinterpret_cast<const float4*>(partial(s) + (e / kQuadsPerRow) * kTileColumns +
-                                                  4 * (e % kQuadsPerRow)));
-  });
+  sum_splits_in_order<kRows>(
+      tile_values, 0, a.B * kQuadsPerRow, a.splits, kTileColumns, partial,
+      [](const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); });
   if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
   __syncthreads();
   return true;
