@@ -20,7 +20,8 @@
 #             LADDER_GPU_TAGS="[pdl] [chapter10]" runs those tags instead): quick, before the
 #             chapters' tests
 #   micro     the GPU programs in bench/ (host cost per call, epilogue fusion, decode matmuls,
-#             kernel history), at B = 32 and 1; outputs kept as bench/NAME.bB.txt
+#             the step's chain of phases, kernel history), at B = 32 and 1 (decode_matmul
+#             and step_phases once, as NAME.ball.txt); outputs kept as bench/NAME.bB.txt
 #             (LADDER_MICRO_PROGRAMS="decode_matmul" runs those programs only)
 #   golden_bf16  tests/data/golden_model_bf16 from Hugging Face in torch.bfloat16 (needs torch),
 #             then the CPU test of the bf16 reference against it
@@ -328,7 +329,8 @@ if wants micro; then
     case $name in batching_schedule|compare_logits|allocator_host_cost) continue ;; esac
     [ -n "${LADDER_MICRO_PROGRAMS:-}" ] && ! echo " $LADDER_MICRO_PROGRAMS " | grep -q " $name " && continue
     batches=${LADDER_MICRO_BATCHES:-32 1}
-    [ "$name" = decode_matmul ] && batches=all  # one run sweeps B = 1, 8, 32, 64
+    # decode_matmul sweeps B = 1, 8, 32, 64 in one run; step_phases has no batch
+    case $name in decode_matmul|step_phases) batches=all ;; esac
     for batch in $batches; do
       flags=(--batch "$batch"); [ "$batch" = all ] && flags=()
       if limited timeout 300 "$program" "${flags[@]}" > "$out/bench/$name.b$batch.txt" 2>&1; then
