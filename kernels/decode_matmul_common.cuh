@@ -292,8 +292,7 @@ constexpr int kQuadsPerRow = kTileColumns / 4;
 template <int kRows, typename SplitTile, typename Load>
 __device__ __forceinline__ void sum_splits_in_order(float* tile_values, int first, int end,
                                                     int splits, int row_stride,
-                                                    const SplitTile& split_tile,
-                                                    const Load& load) {
+                                                    const SplitTile& split_tile, const Load& load) {
   constexpr int kQuadsPerThread = (kRows * kQuadsPerRow + kThreads - 1) / kThreads;
   constexpr int kSplitsAtOnce = kQuadsPerThread == 1 ? 4 : 2;
   int quads[kQuadsPerThread];
