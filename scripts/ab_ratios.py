@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """scripts/ab_ratios.py - each chapter's ms a step over variant a's in the same round,
-from the JSON files of one scripts/ab_kernel.sh call.
+from the JSON files of one scripts/ab_kernel.sh call; and each decode product's time.
 
     python3 scripts/ab_ratios.py RESULTS/ab.tar.gz > RESULTS/ratios.md
     python3 scripts/ab_ratios.py RESULTS/ab_console.txt > RESULTS/ratios.md
 
 Reads ab/V.rR.CH.bB.json from the archive (or from a folder holding ab/): every variant,
 round, chapter and batch it finds. Where the archive did not come back, the summary that
-ab_kernel.sh prints last (its "variant round | ..." table, 4 decimals a step) serves. Prints a Markdown table: per chapter and B, variant
-a's ms a step in each round, then every other variant's ratio to a in the same round.
+ab_kernel.sh prints last (its "variant round | ..." table, 4 decimals a step) serves.
+Prints a Markdown table: per chapter and B, variant a's ms a step in each round, then
+every other variant's ratio to a in the same round. Where the archive holds the bench's
+outputs (ab/V.rR.decode_matmul.txt, bench/decode_matmul), a second table follows: per
+product and B, each variant's GPU µs in fp32 and TF32 in each round, and its splits x
+column tiles where a variant's plan differs from a's.
 """
 import json
 import re
@@ -17,6 +21,12 @@ import tarfile
 from pathlib import Path
 
 NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d)\.b(\d+)\.json$")
+BENCH_NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.decode_matmul\.txt$")
+# bench/decode_matmul's per-product tables: a heading per B, then a row per product whose
+# cells are: product (its name, then its shape), splits x tiles, copy floor, decode fp32
+# "µs (GB/s)", decode tf32, and more.
+BENCH_SECTION = re.compile(r"^## B = (\d+) rows: GPU us per product")
+PRODUCT_NAME = re.compile(r"^([A-Za-z_ ]+?)\s+\d")
 
 
 # ab_kernel.sh's summary: a header cell "09 B = 32 ms/step (hash)", a row "b 2 | ...".
@@ -45,6 +55,73 @@ def read_console(text):
                     continue
                 runs[(row.group(1), int(row.group(2)), column.group(1), int(column.group(2)))] = value
     return runs
+
+
+def read_bench(text):
+    """{(B, product): (plan, fp32 µs, tf32 µs)} from one bench/decode_matmul output."""
+    products = {}
+    batch = None
+    for line in text.splitlines():
+        section = BENCH_SECTION.match(line)
+        if section:
+            batch = int(section.group(1))
+            continue
+        if line.startswith("## "):
+            batch = None
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        name = PRODUCT_NAME.match(cells[0]) if batch is not None and len(cells) >= 5 else None
+        if not name:
+            continue
+        try:
+            fp32, tf32 = (float(cell.split()[0]) for cell in cells[3:5])
+        except (ValueError, IndexError):
+            continue
+        products[(batch, name.group(1))] = (cells[1], fp32, tf32)
+    return products
+
+
+def read_benches(source):
+    """{(variant, round): read_bench(...)} from an archive or folder (none from a console)."""
+    path = Path(source)
+    if path.is_file() and not tarfile.is_tarfile(path):
+        return {}
+    if path.is_dir():
+        files = [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*.txt")]
+    else:
+        with tarfile.open(path) as archive:
+            files = [(m.name, archive.extractfile(m).read().decode()) for m in archive.getmembers()
+                     if m.isfile() and m.name.endswith(".txt")]
+    benches = {}
+    for name, text in files:
+        match = BENCH_NAME.search(name)
+        if match:
+            benches[(match.group(1), int(match.group(2)))] = read_bench(text)
+    return benches
+
+
+def print_products(benches):
+    """The products' table (module docstring) from read_benches' result."""
+    variants = sorted({key[0] for key in benches})
+    rounds = sorted({key[1] for key in benches})
+    cases = []
+    for bench in benches.values():
+        cases += [case for case in bench if case not in cases]
+    cases.sort(key=lambda case: case[0])  # by B, each B's products in the bench's order
+    slash = " / ".join(f"{r}" for r in rounds)
+    print(f"\n| product, B | plan (splits x tiles) | "
+          + " | ".join(f"{v} fp32 µs (rounds {slash})" for v in variants) + " | "
+          + " | ".join(f"{v} tf32 µs (rounds {slash})" for v in variants) + " |")
+    print("|---|---|" + "--:|" * (2 * len(variants)))
+    for case in cases:
+        plans = {v: benches.get((v, rounds[0]), {}).get(case, ("-",))[0] for v in variants}
+        plan = plans.get("a", "-")
+        plan += "".join(f", {v}: {p}" for v, p in plans.items() if v != "a" and p != plans.get("a"))
+        cells = []
+        for column in (1, 2):
+            for v in variants:
+                values = [benches.get((v, r), {}).get(case) for r in rounds]
+                cells.append(" / ".join(f"{value[column]:.1f}" if value else "-" for value in values))
+        print(f"| {case[1]}, B = {case[0]} | {plan} | " + " | ".join(cells) + " |")
 
 
 def read_runs(source):
@@ -92,6 +169,9 @@ def main():
                 ratios.append(f"{value / b:.3f}" if value and b else "-")
             cells.append(" / ".join(ratios))
         print(f"| {chapter}, B = {batch} | " + " | ".join(cells) + " |")
+    benches = read_benches(sys.argv[1])
+    if benches:
+        print_products(benches)
 
 
 if __name__ == "__main__":
