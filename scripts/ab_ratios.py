@@ -80,19 +80,27 @@ def read_bench(text):
     return products
 
 
+def files_in(path, suffix):
+    """[(name, text)] of the files ending in `suffix` in the folder or tar archive `path`."""
+    if path.is_dir():
+        return [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*" + suffix)]
+    with tarfile.open(path) as archive:
+        return [(m.name, archive.extractfile(m).read().decode()) for m in archive.getmembers()
+                if m.isfile() and m.name.endswith(suffix)]
+
+
+def is_console(path):
+    """Whether `path` is ab_kernel.sh's printed summary, not an archive or a folder."""
+    return path.is_file() and not tarfile.is_tarfile(path)
+
+
 def read_benches(source):
     """{(variant, round): read_bench(...)} from an archive or folder (none from a console)."""
     path = Path(source)
-    if path.is_file() and not tarfile.is_tarfile(path):
+    if is_console(path):
         return {}
-    if path.is_dir():
-        files = [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*.txt")]
-    else:
-        with tarfile.open(path) as archive:
-            files = [(m.name, archive.extractfile(m).read().decode()) for m in archive.getmembers()
-                     if m.isfile() and m.name.endswith(".txt")]
     benches = {}
-    for name, text in files:
+    for name, text in files_in(path, ".txt"):
         match = BENCH_NAME.search(name)
         if match:
             benches[(match.group(1), int(match.group(2)))] = read_bench(text)
@@ -128,15 +136,9 @@ def read_runs(source):
     """{(variant, round, chapter, batch): ms a step}."""
     runs = {}
     path = Path(source)
-    if path.is_file() and not tarfile.is_tarfile(path):
+    if is_console(path):
         return read_console(path.read_text())
-    if path.is_dir():
-        files = [(str(p.relative_to(path)), p.read_text()) for p in path.rglob("*.json")]
-    else:
-        with tarfile.open(path) as archive:
-            files = [(m.name, archive.extractfile(m).read().decode()) for m in archive.getmembers()
-                     if m.isfile() and m.name.endswith(".json")]
-    for name, text in files:
+    for name, text in files_in(path, ".json"):
         match = NAME.search(name)
         if match:
             variant, round_, chapter, batch = match.groups()
