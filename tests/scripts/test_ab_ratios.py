@@ -20,6 +20,13 @@ from script_checks import SCRIPTS, add_to_archive as add, expect
 
 SCRIPT = SCRIPTS / "ab_ratios.py"
 
+
+def ab_ratios(source):
+    """scripts/ab_ratios.py run on `source`: its exit status, stdout and stderr."""
+    return subprocess.run([sys.executable, str(SCRIPT), str(source)], capture_output=True,
+                          text=True)
+
+
 with tempfile.TemporaryDirectory() as work:
     path = Path(work) / "ab.tar.gz"
     times = {("a", 1): 0.4, ("a", 2): 0.5, ("b", 1): 0.3, ("b", 2): 0.55}
@@ -44,8 +51,7 @@ with tempfile.TemporaryDirectory() as work:
                 "| step: sum over the 49 products | | 165.4 | 411.9 | 480.0 | 517.7 |\n\n"
                 "## B = 1 rows: programmatic dependent launch, GPU us per graph (median of 20)\n\n"
                 "| one layer's 4 products (4 launches) | fp32 | 28.1 | 24.7 | 0.86 |\n")
-    result = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True,
-                            text=True)
+    result = ab_ratios(path)
     expect(result.returncode == 0, f"exit {result.returncode}: {result.stderr}")
     lines = result.stdout.splitlines()
     rows = lines[:lines.index("")]
@@ -74,16 +80,14 @@ with tempfile.TemporaryDirectory() as work:
         "b 2 | 410.0 690.0 | 54.4 | 0.5500 (27aa9af60aad315c) | 1.1000 (e378e1ee4baca7e5)\n"
         "\nchain variant round | the step's chain, fp32 us per graph\n"
         "chain a 1 | 459.4 / 440.5 | 835.6 / 801.4\n")
-    result = subprocess.run([sys.executable, str(SCRIPT), str(console)], capture_output=True,
-                            text=True)
+    result = ab_ratios(console)
     expect(result.returncode == 0, f"console: exit {result.returncode}: {result.stderr}")
     expect(result.stdout.splitlines() == rows, f"console: {result.stdout!r}")  # no products
 
     empty = Path(work) / "empty.tar.gz"
     with tarfile.open(empty, "w:gz") as archive:
         add(archive, "ab/a.r1.decode_matmul.txt", "no JSON here")
-    result = subprocess.run([sys.executable, str(SCRIPT), str(empty)], capture_output=True,
-                            text=True)
+    result = ab_ratios(empty)
     expect(result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1,
            f"an archive without results: exit {result.returncode}, {result.stderr!r}")
 print("test_ab_ratios: ratios per round read from the archive and from the console, the "
