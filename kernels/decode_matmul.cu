@@ -783,10 +783,16 @@ DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocess
   // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
   // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
   // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
-  // tiles to add up); at most 2 slots blocks (the workspace's size).
+  // tiles to add up); at most 2 slots blocks (the workspace's size). Where the best takes
+  // more splits than one thread-block cluster holds, the best that one holds is taken
+  // instead if it streams at most one chunk more a block: its splits can be summed on
+  // chip, in the cluster, where the others go through the workspace's round trip, which
+  // costs a product more than a chunk's stream (decode_matmul.cuh, "Thread-block clusters").
   const long long slots = static_cast<long long>(kTargetBlocksPerMultiprocessor) * multiprocessors;
   DecodeSplits best{1, chunks};
+  DecodeSplits best_in_a_cluster{1, chunks};
   long long best_cost = -1;
+  long long best_cost_in_a_cluster = -1;
   for (int wanted = 1; wanted <= chunks; ++wanted) {
     const int chunks_per_split = (chunks + wanted - 1) / wanted;
     const int splits = (chunks + chunks_per_split - 1) / chunks_per_split;
@@ -797,7 +803,14 @@ DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocess
       best_cost = cost;
       best = DecodeSplits{splits, chunks_per_split};
     }
+    if (splits <= decode_common::kMaxClusterBlocks &&
+        (best_cost_in_a_cluster < 0 || cost < best_cost_in_a_cluster)) {
+      best_cost_in_a_cluster = cost;
+      best_in_a_cluster = DecodeSplits{splits, chunks_per_split};
+    }
   }
+  if (best.splits > decode_common::kMaxClusterBlocks && best_cost_in_a_cluster <= best_cost + 1)
+    return best_in_a_cluster;
   return best;
 }
 

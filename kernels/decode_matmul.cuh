@@ -56,10 +56,11 @@
 // L2, the two device-wide fences and the atomic, and the tail's work spread over the S
 // blocks; a second barrier keeps every block resident until its partial has been read.
 // From the plans and the occupancy on the
-// H200's 132 multiprocessors: c_proj (S = 12) and c_attn (S = 6) at every B; c_fc (S = 5,
-// 240 blocks) where a multiprocessor holds 3 or more blocks (fp32 B <= 2, tf32 17-32
-// rows); all four layer products in bf16 (64-input chunks: c_fc S = 4, the MLP's c_proj
-// 16); the MLP's c_proj in fp32 and tf32 (S = 20) never.
+// H200's 132 multiprocessors: c_proj (S = 12), c_attn (S = 6) and the MLP's c_proj
+// (S = 16, where 20 splits would stream a chunk less a block: choose_decode_splits) at
+// every B; c_fc (S = 5, 240 blocks) where a multiprocessor holds 3 or more blocks (fp32
+// B <= 2, tf32 17-32 rows); all four layer products in bf16 (64-input chunks: c_fc S = 4,
+// the MLP's c_proj 16).
 // In the sm_90 SASS the cluster barrier is UCGABAR_ARV and UCGABAR_WAIT (promised).
 //
 // Programmatic dependent launch (DecodeLaunch::kProgrammatic, sm_90 and later): the
@@ -146,7 +147,9 @@ struct DecodeSplits {
 
 /// The split of `chunks` chunks of K for `column_tiles` column tiles that takes the
 /// fewest waves x chunks per block (two resident blocks per multiprocessor, at most 4
-/// blocks per multiprocessor in all): plan_decode_matmul's choice, and the bf16
+/// blocks per multiprocessor in all), or, where that split is more than a thread-block
+/// cluster holds, the best one a cluster holds if it costs at most one chunk a block
+/// more: plan_decode_matmul's choice, and the bf16
 /// kernels' (decode_matmul_bf16.cuh), so both fit one DecodeMatmulWorkspace.
 /// Throws std::invalid_argument when an argument is <= 0.
 DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors);

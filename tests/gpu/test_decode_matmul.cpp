@@ -292,9 +292,9 @@ TEST_CASE("splits summed in a thread-block cluster give the workspace path's bit
   DecodeQueue plain;
   plain.workspace.disable_cluster_splits();
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
-    // GPT-2's four layer products at each row tile: c_proj (S = 12) and c_attn (S = 6) take
-    // clusters at every B, c_fc (S = 5) only where its grid leaves room, the MLP's c_proj
-    // (S = 20) never.
+    // GPT-2's four layer products at each row tile: c_proj (S = 12), c_attn (S = 6) and the
+    // MLP's c_proj (S = 16) take clusters at every B, c_fc (S = 5) only where its grid
+    // leaves room.
     for (const Shape shape :
          {Shape{768, 768}, Shape{768, 2304}, Shape{768, 3072}, Shape{3072, 768}}) {
       const PackedWeight weight(rng, shape.K, shape.N);
@@ -320,6 +320,20 @@ TEST_CASE("splits summed in a thread-block cluster give the workspace path's bit
   CHECK(plain.workspace.cluster_launches() == 0);
   // Compute capability 9.0 on: c_proj's 12 x 12 blocks at least take the cluster path.
   if (clustered.workspace.cluster_splits() > 0) CHECK(clustered.workspace.cluster_launches() > 0);
+}
+
+TEST_CASE("choose_decode_splits keeps to a cluster's splits where that costs a chunk at most",
+          "[kernels][decode_matmul]") {
+  // The MLP's c_proj (96 chunks of K = 3072, 12 column tiles) on 132 multiprocessors:
+  // 20 splits of 5 chunks fill one wave; 16 of 6, which one cluster holds, stream one more.
+  const DecodeSplits mlp_proj = choose_decode_splits(96, 12, 132);
+  CHECK(mlp_proj.splits == 16);
+  CHECK(mlp_proj.chunks_per_split == 6);
+  // On 144 multiprocessors 24 splits of 4 chunks against 16 of 6: two chunks, so 24 stay.
+  CHECK(choose_decode_splits(96, 12, 144).splits == 24);
+  // Splits a cluster holds anyway are the cheapest as before: c_proj's 12, c_fc's 5.
+  CHECK(choose_decode_splits(24, 12, 132).splits == 12);
+  CHECK(choose_decode_splits(24, 48, 132).splits == 5);
 }
 
 TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
