@@ -33,6 +33,7 @@ namespace {
 using decode_common::chunk_range;
 using decode_common::ChunkRange;
 using decode_common::finish_tile;
+using decode_common::load_tile_bias;
 using decode_common::store_mma_sums;
 
 constexpr int kThreads = decode_common::kThreads;  // 256
@@ -387,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
+  const float2 bias = load_tile_bias(a, tile);  // before the wait: a weight
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int row_group = warp % Tiling::kRowGroups;
@@ -428,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   for (int r = 0; r < kThreadRows; ++r)
     *reinterpret_cast<float4*>(group_tile + (first_row + 2 * r) * kTileStride + column) =
         make_float4(sums[r][0], sums[r][1], sums[r][2], sums[r][3]);
-  finish_tile<kRows>(a, tile, split, shared, Tiling::kKGroups);
+  finish_tile<kRows>(a, tile, split, bias, shared, Tiling::kKGroups);
 }
 
 // ---------------------------------------------------------------- fp32 register-direct
@@ -516,6 +518,7 @@ __global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRo
   float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
+  const float2 bias = load_tile_bias(a, tile);  // before the wait: a weight
   const int k_group = static_cast<int>(threadIdx.x) / kDirectPiecesPerRow;
   const int column = 4 * (static_cast<int>(threadIdx.x) % kDirectPiecesPerRow);
   const ChunkRange range = chunk_range(a, split);
@@ -612,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, direct_blocks_per_multiprocessor(kRo
       *reinterpret_cast<float4*>(warp_tile + row * kTileStride + column) =
           make_float4(sums[row][0], sums[row][1], sums[row][2], sums[row][3]);
   }
-  finish_tile<kRows>(a, tile, split, shared, kWarps);
+  finish_tile<kRows>(a, tile, split, bias, shared, kWarps);
 }
 
 // ---------------------------------------------------------------- tf32: mma.sync
@@ -650,6 +653,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
   float* shared = dynamic_shared_memory();
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
+  const float2 bias = load_tile_bias(a, tile);  // before the wait: a weight
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int column_group = warp % kTf32ColumnGroups;
@@ -685,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, kTargetBlocksPerMultiprocessor)
       });
 
   store_mma_sums<kRows>(shared, k_group, column_group, g, t, sums);
-  finish_tile<kRows>(a, tile, split, shared, kTf32KGroups);
+  finish_tile<kRows>(a, tile, split, bias, shared, kTf32KGroups);
 }
 
 // ---------------------------------------------------------------- host side

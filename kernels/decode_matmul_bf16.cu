@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   float* shared = reinterpret_cast<float*>(shared_storage);
   const int split = blockIdx.x;
   const int tile = blockIdx.y;
+  const float2 bias = decode_common::load_tile_bias(a, tile);  // before the wait: a weight
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int column_group = warp % kColumnGroups;
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   allow_next_kernel_to_launch();
 
   decode_common::store_mma_sums<kRows>(shared, k_group, column_group, g, u, sums);
-  decode_common::finish_tile<kRows>(a, tile, split, shared, kKGroups);
+  decode_common::finish_tile<kRows>(a, tile, split, bias, shared, kKGroups);
 }
 
 // ---------------------------------------------------------------- host side

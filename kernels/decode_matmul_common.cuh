@@ -348,26 +348,38 @@ __device__ __forceinline__ float2 load_pair(const __nv_bfloat16* at) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(at));
 }
 
-/// The epilogue on rows [first_row, end_row) of the finished tile [B][kTileStride]
-/// (columns 64 tile ..): warp w takes rows first_row + w, + 8, ...; lane l columns 2 l and
-/// 2 l + 1. Writes out (rounded once to its type) and, for the LM head, each row's best
-/// (value, index) of the tile, taken on the stored values. A warp loads the bias and the
-/// residual of all its rows (at most kRows / 8) before it stores any: the loads are in
-/// flight together, not one round trip a row.
-template <int kRows, typename Arguments>
-__device__ __forceinline__ void store_rows(const Arguments& a, int tile, const float* tile_values,
-                                           int first_row, int end_row) {
-  constexpr int kRowsPerWarp = (kRows + kWarps - 1) / kWarps;
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int first_column = tile * kTileColumns + 2 * lane;
-  const bool pair_inside = first_column + 1 < a.N;
-  float bias[2] = {0.0f, 0.0f};  // the same two columns in every row
+/// The bias of the two columns this thread stores in every row of tile `tile` (lane l:
+/// columns 64 tile + 2 l and + 1; zeros past N and with kNone). The bias is a weight, which
+/// no kernel of the step writes: every kernel loads it first thing, before
+/// wait_for_previous_kernel, so that the epilogue at the end of the block's critical path
+/// does not wait one more round trip to memory for it.
+template <typename Arguments>
+__device__ __forceinline__ float2 load_tile_bias(const Arguments& a, int tile) {
+  const int first_column = tile * kTileColumns + 2 * (static_cast<int>(threadIdx.x) % kWarpSize);
+  float bias[2] = {0.0f, 0.0f};
   if (a.epilogue != DecodeEpilogue::kNone) {
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       if (first_column + j < a.N) bias[j] = widen(a.bias[first_column + j]);
   }
+  return make_float2(bias[0], bias[1]);
+}
+
+/// The epilogue on rows [first_row, end_row) of the finished tile [B][kTileStride]
+/// (columns 64 tile ..): warp w takes rows first_row + w, + 8, ...; lane l columns 2 l and
+/// 2 l + 1, whose bias (load_tile_bias) is `tile_bias`. Writes out (rounded once to its
+/// type) and, for the LM head, each row's best (value, index) of the tile, taken on the
+/// stored values. A warp loads the residual of all its rows (at most kRows / 8) before it
+/// stores any: the loads are in flight together, not one round trip a row.
+template <int kRows, typename Arguments>
+__device__ __forceinline__ void store_rows(const Arguments& a, int tile, float2 tile_bias,
+                                           const float* tile_values, int first_row, int end_row) {
+  constexpr int kRowsPerWarp = (kRows + kWarps - 1) / kWarps;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int first_column = tile * kTileColumns + 2 * lane;
+  const bool pair_inside = first_column + 1 < a.N;
+  const float bias[2] = {tile_bias.x, tile_bias.y};  // the same two columns in every row
   float values[kRowsPerWarp][2];
   float residual[kRowsPerWarp][2];
 #pragma unroll
@@ -436,7 +448,7 @@ __device__ __forceinline__ void store_rows(const Arguments& a, int tile, const f
 /// with the sums and the epilogue spread over the S blocks instead of left to one.
 template <int kRows, typename Arguments>
 __device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, int split,
-                                                  float* tile_values) {
+                                                  float2 tile_bias, float* tile_values) {
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rows_per_rank = (a.B + a.splits - 1) / a.splits;
   const int first_row = min(a.B, split * rows_per_rank);
@@ -456,7 +468,7 @@ __device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, 
   // barrier): relaxed. The sums stay in this block's shared memory: a block barrier.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   __syncthreads();
-  store_rows<kRows>(a, tile, tile_values, first_row, end_row);
+  store_rows<kRows>(a, tile, tile_bias, tile_values, first_row, end_row);
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 #endif
@@ -518,20 +530,21 @@ __device__ __forceinline__ void store_mma_sums(float* shared, int k_group, int c
 
 /// The end every decode-matmul kernel shares, once each k-group's tile is in shared memory:
 /// the groups summed, the splits gathered (in the cluster, or through the workspace by the
-/// block that arrives last), and the finished tile stored.
+/// block that arrives last), and the finished tile stored with this thread's `tile_bias`
+/// (load_tile_bias, loaded before the kernel's wait).
 template <int kRows, typename Arguments>
-__device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int split, float* shared,
-                                            int k_groups) {
+__device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int split,
+                                            float2 tile_bias, float* shared, int k_groups) {
   __syncthreads();
   sum_k_groups<kRows>(shared, k_groups, a.B);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (a.splits > 1 && a.cluster_splits) {
-    finish_in_cluster<kRows>(a, tile, split, shared);
+    finish_in_cluster<kRows>(a, tile, split, tile_bias, shared);
     return;
   }
 #endif
   if (a.splits == 1 || gather_through_workspace<kRows>(a, tile, split, shared))
-    store_rows<kRows>(a, tile, shared, 0, a.B);
+    store_rows<kRows>(a, tile, tile_bias, shared, 0, a.B);
 }
 
 /// The chunks of split `split`: [first, first + count).
