@@ -67,9 +67,11 @@
 // launch carries cudaLaunchAttributeProgrammaticStreamSerialization, so the product's
 // blocks may start before the kernel before it on the stream has finished. Nothing a
 // block does before griddepcontrol.wait (cudaGridDependencySynchronize) touches memory
-// another kernel writes: it only starts streaming its own weight (fp32/tf32: the first
-// three chunks by cp.async into shared memory and the next ones prefetched into L2;
-// bf16: the first four chunks into registers), which no kernel of the step writes. The
+// another kernel writes: it only loads its tile's bias for the epilogue (two values a
+// thread, so that the end of the block's critical path waits for no load but the
+// residual's) and starts streaming its own weight (fp32/tf32: the first three chunks by
+// cp.async into shared memory and the next ones prefetched into L2; bf16: the first four
+// chunks into registers), neither of which any kernel of the step writes. The
 // wait returns when the previous kernel has completed and its writes are visible; only
 // then are x, the residual stream, the workspace and out read or written. A kernel
 // launched without the attribute passes the wait at once (and skips the L2 prefetch), so
