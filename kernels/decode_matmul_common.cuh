@@ -286,11 +286,9 @@ constexpr int kQuadsPerRow = kTileColumns / 4;
 /// `row_stride` floats apart; load(at) reads the float4 at `at`. Thread t takes quads
 /// first + t, + kThreads, ... (at most kRows * 16 / kThreads of them), forms their
 /// offsets once and loads a group of splits of all of them before it adds any: four
-/// splits a group with one quad a thread, two with more (fewer registers in the kernels
-/// with several quads a thread; the 32-row tf32 kernel kept to 64, four blocks a
-/// multiprocessor, until its bias was held from the start: 69, three, docs/kernels.md).
-/// A group's loads are predicated, not branched around, so they are in flight together,
-/// and each costs one address add.
+/// splits a group with one quad a thread, two with more (fewer loads held in registers at
+/// once; each kernel's count is in docs/kernels.md). A group's loads are predicated, not
+/// branched around, so they are in flight together, and each costs one address add.
 template <int kRows, typename SplitTile, typename Load>
 __device__ __forceinline__ void sum_splits_in_order(float* tile_values, int first, int end,
                                                     int splits, int row_stride,
