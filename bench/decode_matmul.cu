@@ -416,8 +416,8 @@ int run(int argc, char** argv) {
       });
       // The floor: the weight's bytes over the copy bandwidth (the repository's floor).
       const double floor_seconds = bytes / copy_bandwidth;
-      const ladder::DecodeMatmulPlan plan = ladder::plan_decode_matmul(
-          B, p.K, p.N, workspace.multiprocessors(), DecodePrecision::kFp32);
+      const ladder::DecodeMatmulPlan plan =
+          ladder::plan_decode_matmul(B, p.K, p.N, DecodePrecision::kFp32, workspace);
       std::printf("| %s | %d x %d | %.1f", p.name, plan.splits, plan.column_tiles,
                   floor_seconds * 1e6);
       for (int v = 0; v < 5; ++v) {

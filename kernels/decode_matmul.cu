@@ -756,7 +756,7 @@ struct ProductPointers {
 void run_product(const char* launcher, const ProductPointers& p, int B, int K, int N,
                  DecodeEpilogue epilogue, DecodePrecision precision,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
-  const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, workspace.multiprocessors(), precision);
+  const DecodeMatmulPlan plan = plan_decode_matmul(B, K, N, precision, workspace);
   launch_checks::require(static_cast<unsigned long long>(B) * K <= 0xFFFFFFFFull, launcher,
                          "B * K must be below 2^32: the kernels address x with 32-bit offsets");
   const DecodeMatmulArguments arguments = decode_common::product_arguments(
@@ -780,19 +780,28 @@ std::vector<float> download_matrix(const float* device, int rows, int columns) {
 
 }  // namespace
 
-DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors) {
-  launch_checks::require_positive(
-      "choose_decode_splits",
-      {{"chunks", chunks}, {"column_tiles", column_tiles}, {"multiprocessors", multiprocessors}});
+DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors,
+                                  int resident_blocks) {
+  launch_checks::require_positive("choose_decode_splits", {{"chunks", chunks},
+                                                           {"column_tiles", column_tiles},
+                                                           {"multiprocessors", multiprocessors},
+                                                           {"resident_blocks", resident_blocks}});
   // The splits that take the fewest rounds of chunks: a block streams chunks_per_split
   // chunks, and the grid runs in ceil(blocks / slots) waves of `slots` resident blocks,
   // so the time goes as waves x chunks_per_split. Ties go to fewer splits (fewer partial
-  // tiles to add up); at most 2 slots blocks (the workspace's size). Where the best takes
-  // more splits than one thread-block cluster holds, the best that one holds is taken
-  // instead if it streams at most one chunk more a block: its splits can be summed on
-  // chip, in the cluster, where the others go through the workspace's round trip, which
-  // costs a product more than a chunk's stream (decode_matmul.cuh, "Thread-block clusters").
+  // tiles to add up); at most 2 slots blocks (the workspace's size). Where the best's
+  // splits could not be summed in a thread-block cluster (more than one cluster holds, or
+  // a grid too full for clusters: decode_common::grid_leaves_room_for_clusters, asked of
+  // the kernel's own resident blocks, as the launch asks it), the best whose could is
+  // taken instead if it streams at most one chunk more a block: its splits are summed on
+  // chip, where the others go through the workspace's round trip, which costs a product
+  // more than a chunk's stream (decode_matmul.cuh, "Thread-block clusters").
   const long long slots = static_cast<long long>(kTargetBlocksPerMultiprocessor) * multiprocessors;
+  const long long resident_slots = static_cast<long long>(resident_blocks) * multiprocessors;
+  const auto summed_in_a_cluster = [&](int splits, long long blocks) {
+    return splits > 1 && splits <= decode_common::kMaxClusterBlocks &&
+           decode_common::grid_leaves_room_for_clusters(blocks, resident_slots);
+  };
   DecodeSplits best{1, chunks};
   DecodeSplits best_in_a_cluster{1, chunks};
   long long best_cost = -1;
@@ -807,21 +816,29 @@ DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocess
       best_cost = cost;
       best = DecodeSplits{splits, chunks_per_split};
     }
-    if (splits <= decode_common::kMaxClusterBlocks &&
+    if (summed_in_a_cluster(splits, blocks) &&
         (best_cost_in_a_cluster < 0 || cost < best_cost_in_a_cluster)) {
       best_cost_in_a_cluster = cost;
       best_in_a_cluster = DecodeSplits{splits, chunks_per_split};
     }
   }
-  if (best.splits > decode_common::kMaxClusterBlocks && best_cost_in_a_cluster <= best_cost + 1)
+  if (best.splits > 1 && !summed_in_a_cluster(best.splits, best.splits * column_tiles) &&
+      best_cost_in_a_cluster >= 0 && best_cost_in_a_cluster <= best_cost + 1)
     return best_in_a_cluster;
   return best;
 }
 
-DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
-                                    DecodePrecision precision) {
-  return decode_common::plan_decode_chunks("plan_decode_matmul", B, K, N, multiprocessors,
-                                           row_tile_for(B, precision), kChunkRows);
+DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, DecodePrecision precision,
+                                    DecodeMatmulWorkspace& workspace) {
+  constexpr const char* kName = "plan_decode_matmul";
+  decode_common::check_plan_shape(kName, B, K, N);
+  const int row_tile = row_tile_for(B, precision);
+  const int resident_blocks =
+      workspace.resident_blocks(reinterpret_cast<const void*>(kernel_for(row_tile, precision,
+                                                                         /*x_vector=*/K % 4 == 0)),
+                                static_cast<std::size_t>(shared_bytes(row_tile, precision)));
+  return decode_common::plan_decode_chunks(kName, B, K, N, workspace.multiprocessors(),
+                                           resident_blocks, row_tile, kChunkRows);
 }
 
 PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {

@@ -56,11 +56,12 @@
 // L2, the two device-wide fences and the atomic, and the tail's work spread over the S
 // blocks; a second barrier keeps every block resident until its partial has been read.
 // From the plans and the occupancy on the
-// H200's 132 multiprocessors: c_proj (S = 12), c_attn (S = 6) and the MLP's c_proj
-// (S = 16, where 20 splits would stream a chunk less a block: choose_decode_splits) at
-// every B; c_fc (S = 5, 240 blocks) where a multiprocessor holds 3 or more blocks (fp32
-// B <= 2, tf32 17-32 rows); all four layer products in bf16 (64-input chunks: c_fc S = 4,
-// the MLP's c_proj 16).
+// H200's 132 multiprocessors: all four layer products at every B, in fp32 and tf32
+// (c_attn S = 6, c_proj 12, the MLP's c_proj 16 where 20 splits would stream a chunk less
+// a block, and c_fc 5 where a multiprocessor holds 3 or more blocks of the kernel (fp32
+// B <= 2, tf32 17-32 rows), else 4: 5 would leave no room for clusters;
+// choose_decode_splits asks it of the kernel's residency) and in bf16 (64-input chunks:
+// c_fc S = 4, the MLP's c_proj 16).
 // In the sm_90 SASS the cluster barrier is UCGABAR_ARV and UCGABAR_WAIT (promised).
 //
 // Programmatic dependent launch (DecodeLaunch::kProgrammatic, sm_90 and later): the
@@ -124,7 +125,7 @@ enum class DecodeEpilogue {
 enum class DecodePrecision { kFp32, kTf32 };
 
 /// How one product is cut into blocks (a pure function of the shape, the precision and
-/// the multiprocessor count, so one device always sums in the same order).
+/// the device, so one device always sums in the same order).
 struct DecodeMatmulPlan {
   int row_tile = 0;                ///< B rounded up to the kernel's row tile (2, 8, 16, 32 or 64)
   int column_tiles = 0;            ///< T
@@ -134,12 +135,16 @@ struct DecodeMatmulPlan {
   std::size_t partial_floats = 0;  ///< workspace floats for the split partial sums (S > 1)
 };
 
-/// The plan of a [B, K] x [K, N] product. Splits K where that shortens the longest
-/// block's stream for the waves of blocks it adds (two resident blocks per
-/// multiprocessor), at most 4 blocks per multiprocessor in all. Throws std::invalid_argument on B
-/// outside [1, 64], K or N <= 0, or multiprocessors <= 0.
-DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, int multiprocessors,
-                                    DecodePrecision precision);
+class DecodeMatmulWorkspace;
+
+/// The plan of a [B, K] x [K, N] product on the workspace's device: the splits of
+/// choose_decode_splits, for the workspace's multiprocessors and the blocks of the plan's
+/// kernel one of them holds (DecodeMatmulWorkspace::resident_blocks; the kernel a 16-byte
+/// aligned x takes, so the plan does not depend on x's address). Throws
+/// std::invalid_argument on B outside [1, 64] or K or N <= 0, ladder::CudaError when the
+/// occupancy query fails.
+DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, DecodePrecision precision,
+                                    DecodeMatmulWorkspace& workspace);
 
 /// How many blocks share one column tile, each streaming a run of chunks of K.
 struct DecodeSplits {
@@ -149,12 +154,14 @@ struct DecodeSplits {
 
 /// The split of `chunks` chunks of K for `column_tiles` column tiles that takes the
 /// fewest waves x chunks per block (two resident blocks per multiprocessor, at most 4
-/// blocks per multiprocessor in all), or, where that split is more than a thread-block
-/// cluster holds, the best one a cluster holds if it costs at most one chunk a block
-/// more: plan_decode_matmul's choice, and the bf16
-/// kernels' (decode_matmul_bf16.cuh), so both fit one DecodeMatmulWorkspace.
-/// Throws std::invalid_argument when an argument is <= 0.
-DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors);
+/// blocks per multiprocessor in all), or, where that split could not be summed in a
+/// thread-block cluster, the best one that could if it costs at most one chunk a block
+/// more. Whether a grid leaves room for clusters is asked as the launch asks it, of the
+/// `resident_blocks` blocks of the product's kernel that one multiprocessor holds.
+/// plan_decode_matmul's choice, and the bf16 kernels' (decode_matmul_bf16.cuh), so both
+/// fit one DecodeMatmulWorkspace. Throws std::invalid_argument when an argument is <= 0.
+DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocessors,
+                                  int resident_blocks);
 
 /// A model's matmul weights packed for the decode matmuls, once, when it is loaded:
 /// every layer's four Conv1D weights (pack_decode_weight) and the tied LM head's wte

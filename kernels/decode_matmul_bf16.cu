@@ -193,7 +193,7 @@ void run_product(const char* launcher, const __nv_bfloat16* x, const __nv_bfloat
                  const __nv_bfloat16* bias, Out* out, float* candidate_values,
                  std::int32_t* candidate_indices, int B, int K, int N, DecodeEpilogue epilogue,
                  DecodeMatmulWorkspace& workspace, cudaStream_t stream, DecodeLaunch launch) {
-  const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, K, N, workspace.multiprocessors());
+  const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, K, N, workspace);
   const int padded_rows = (K + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK;
   const DecodeMatmulBf16Arguments<Out> arguments = decode_common::product_arguments(
       launcher, x, weight, bias, out, candidate_values, candidate_indices, B, K, N, padded_rows,
@@ -218,10 +218,16 @@ bool decode_common::allow_large_clusters_bf16() {
   return true;
 }
 
-DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessors) {
+DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, DecodeMatmulWorkspace& workspace) {
+  constexpr const char* kName = "plan_decode_matmul_bf16";
+  decode_common::check_plan_shape(kName, B, K, N);
   const int row_tile = B <= 16 ? 16 : B <= 32 ? 32 : 64;  // mma.sync takes rows 16 at a time
-  return decode_common::plan_decode_chunks("plan_decode_matmul_bf16", B, K, N, multiprocessors,
-                                           row_tile, kChunkRows);
+  const int resident_blocks =
+      workspace.resident_blocks(reinterpret_cast<const void*>(kernel_for<__nv_bfloat16>(
+                                    row_tile, /*x_vector=*/K % kBfloatTileK == 0)),
+                                /*shared_bytes=*/0);
+  return decode_common::plan_decode_chunks(kName, B, K, N, workspace.multiprocessors(),
+                                           resident_blocks, row_tile, kChunkRows);
 }
 
 void launch_decode_matmul_bf16(const __nv_bfloat16* x, const __nv_bfloat16* packed_weight,

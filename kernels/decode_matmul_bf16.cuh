@@ -56,10 +56,12 @@ namespace ladder {
 /// for the splits; the weight itself is padded to 8 only).
 constexpr int kDecodeBf16ChunkRows = 64;
 
-/// The plan of a bf16 [B, K] x [K, N] product: row tile 16, 32 or 64, chunks of 64
-/// inputs, the splits of choose_decode_splits. Throws std::invalid_argument on B outside
-/// [1, 64], K or N <= 0, or multiprocessors <= 0.
-DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, int multiprocessors);
+/// The plan of a bf16 [B, K] x [K, N] product on the workspace's device: row tile 16, 32
+/// or 64, chunks of 64 inputs, the splits of choose_decode_splits for the blocks of the
+/// bf16-output kernel one multiprocessor holds (the LM head's float-logits kernel takes
+/// the same plan: its 786 column tiles never split). Throws std::invalid_argument on B
+/// outside [1, 64] or K or N <= 0, ladder::CudaError when the occupancy query fails.
+DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, DecodeMatmulWorkspace& workspace);
 
 /// out = bf16(epilogue(x W [+ bias])) on `stream`: x [B, K] bf16 row-major, W packed by
 /// pack_bfloat16_weights(W, K, N, BfloatLayout::k_tiled) (16-byte aligned), bias [N] bf16

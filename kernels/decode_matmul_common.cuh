@@ -71,20 +71,27 @@ inline void require_decode_rows(const char* launcher, int B) {
                                  "slices of 64 rows, DecodeStepContext)");
 }
 
+/// The checks every plan makes first: B in [1, 64], K and N positive.
+inline void check_plan_shape(const char* caller, int B, int K, int N) {
+  launch_checks::require_positive(caller, {{"B", B}, {"K", K}, {"N", N}});
+  require_decode_rows(caller, B);
+}
+
 /// The plan of a product cut into chunks of `chunk_rows` inputs of K, row tile
 /// `row_tile`, the splits that take the fewest waves x chunks per block
-/// (choose_decode_splits). Throws std::invalid_argument, naming `caller`, on B outside
-/// [1, 64], K or N <= 0, or multiprocessors <= 0.
+/// (choose_decode_splits, for `resident_blocks` blocks of the kernel a multiprocessor
+/// holds). Throws std::invalid_argument, naming `caller`, on B outside [1, 64], K or N
+/// <= 0, or multiprocessors or resident_blocks <= 0.
 inline DecodeMatmulPlan plan_decode_chunks(const char* caller, int B, int K, int N,
-                                           int multiprocessors, int row_tile, int chunk_rows) {
-  launch_checks::require_positive(
-      caller, {{"B", B}, {"K", K}, {"N", N}, {"multiprocessors", multiprocessors}});
-  require_decode_rows(caller, B);
+                                           int multiprocessors, int resident_blocks, int row_tile,
+                                           int chunk_rows) {
+  check_plan_shape(caller, B, K, N);
   DecodeMatmulPlan plan;
   plan.row_tile = row_tile;
   plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
   plan.chunks = (K + chunk_rows - 1) / chunk_rows;
-  const DecodeSplits chosen = choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors);
+  const DecodeSplits chosen =
+      choose_decode_splits(plan.chunks, plan.column_tiles, multiprocessors, resident_blocks);
   plan.splits = chosen.splits;
   plan.chunks_per_split = chosen.chunks_per_split;
   plan.partial_floats =
@@ -184,18 +191,23 @@ bool allow_large_clusters(void (*kernel)(Arguments)) {
 /// constructor calls it.
 bool allow_large_clusters_bf16();
 
-/// Whether a grid of `blocks` blocks of `kernel` leaves enough of one wave free to be
-/// placed in clusters: a cluster's blocks must all sit in one GPC at once, and a grid that
-/// fills nearly every resident slot leaves clusters to a second wave. At most 85% of the
-/// slots: on the H200, c_fc's 240 blocks of 264 slots ran slower in clusters and c_attn's
-/// 216 faster (results/experiments/cluster_splits/README.md).
+/// Whether a grid of `blocks` blocks leaves enough of one wave of `slots` resident blocks
+/// free to be placed in clusters: a cluster's blocks must all sit in one GPC at once, and a
+/// grid that fills nearly every resident slot leaves clusters to a second wave. At most
+/// 85% of the slots: on the H200, c_fc's 240 blocks of 264 slots ran slower in clusters
+/// and c_attn's 216 faster (results/experiments/cluster_splits/README.md).
+constexpr bool grid_leaves_room_for_clusters(long long blocks, long long slots) {
+  return blocks * 100 <= 85 * slots;
+}
+
+/// grid_leaves_room_for_clusters for `kernel`, with the slots its occupancy gives.
 template <typename Arguments>
 bool clusters_fit_one_wave(void (*kernel)(Arguments), long long blocks, std::size_t shared_bytes,
                            DecodeMatmulWorkspace& workspace) {
   const long long slots = static_cast<long long>(workspace.resident_blocks(
                               reinterpret_cast<const void*>(kernel), shared_bytes)) *
                           workspace.multiprocessors();
-  return blocks * 100 <= 85 * slots;
+  return grid_leaves_room_for_clusters(blocks, slots);
 }
 
 /// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared

@@ -266,7 +266,7 @@ TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
       for (const int B : {1, 8, 32}) {
         CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
         const DecodeMatmulPlan plan =
-            plan_decode_matmul(B, shape.K, shape.N, first.workspace.multiprocessors(), precision);
+            plan_decode_matmul(B, shape.K, shape.N, precision, first.workspace);
         CAPTURE(plan.splits);
         const PackedWeight weight(rng, shape.K, shape.N);
         const test::DeviceArray<float> bias(test::random_uniform(rng, shape.N, -1.0f, 1.0f));
@@ -292,9 +292,8 @@ TEST_CASE("splits summed in a thread-block cluster give the workspace path's bit
   DecodeQueue plain;
   plain.workspace.disable_cluster_splits();
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
-    // GPT-2's four layer products at each row tile: c_proj (S = 12), c_attn (S = 6) and the
-    // MLP's c_proj (S = 16) take clusters at every B, c_fc (S = 5) only where its grid
-    // leaves room.
+    // GPT-2's four layer products at each row tile: c_proj (S = 12), c_attn (S = 6), c_fc
+    // (S = 4) and the MLP's c_proj (S = 16) take clusters at every B.
     for (const Shape shape :
          {Shape{768, 768}, Shape{768, 2304}, Shape{768, 3072}, Shape{3072, 768}}) {
       const PackedWeight weight(rng, shape.K, shape.N);
@@ -324,30 +323,39 @@ TEST_CASE("splits summed in a thread-block cluster give the workspace path's bit
 
 TEST_CASE("choose_decode_splits keeps to a cluster's splits where that costs a chunk at most",
           "[kernels][decode_matmul]") {
-  // The MLP's c_proj (96 chunks of K = 3072, 12 column tiles) on 132 multiprocessors:
-  // 20 splits of 5 chunks fill one wave; 16 of 6, which one cluster holds, stream one more.
-  const DecodeSplits mlp_proj = choose_decode_splits(96, 12, 132);
+  // On 132 multiprocessors, each holding 2 blocks of the kernel (264 slots, 224 of them
+  // leave room for clusters): the MLP's c_proj (96 chunks of K = 3072, 12 column tiles):
+  // 20 splits of 5 chunks are more than a cluster holds; 16 of 6 are summed in one and
+  // stream one chunk more.
+  const DecodeSplits mlp_proj = choose_decode_splits(96, 12, 132, 2);
   CHECK(mlp_proj.splits == 16);
   CHECK(mlp_proj.chunks_per_split == 6);
-  // On 144 multiprocessors 24 splits of 4 chunks against 16 of 6: two chunks, so 24 stay.
-  CHECK(choose_decode_splits(96, 12, 144).splits == 24);
-  // Splits a cluster holds anyway are the cheapest as before: c_proj's 12, c_fc's 5.
-  CHECK(choose_decode_splits(24, 12, 132).splits == 12);
-  CHECK(choose_decode_splits(24, 48, 132).splits == 5);
+  // c_fc (24 chunks, 48 tiles): 5 splits of 5 chunks make 240 blocks, too many for
+  // clusters in 264 slots; 4 of 6 make 192.
+  const DecodeSplits fc = choose_decode_splits(24, 48, 132, 2);
+  CHECK(fc.splits == 4);
+  CHECK(fc.chunks_per_split == 6);
+  // A kernel held 3 to a multiprocessor (the 2-row fp32 tile): 240 blocks of 396 slots
+  // leave room, so c_fc keeps its 5 splits, in clusters.
+  CHECK(choose_decode_splits(24, 48, 132, 3).splits == 5);
+  // Plans that take clusters anyway are the cheapest as before: c_proj's 12, c_attn's 6.
+  CHECK(choose_decode_splits(24, 12, 132, 2).splits == 12);
+  CHECK(choose_decode_splits(24, 36, 132, 2).splits == 6);
+  // On 144 multiprocessors the MLP's c_proj: 24 splits of 4 chunks against 16 of 6, two
+  // chunks more, so 24 stay.
+  CHECK(choose_decode_splits(96, 12, 144, 2).splits == 24);
 }
 
 TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
           "[kernels][decode_matmul]") {
   DecodeMatmulWorkspace workspace;
-  const int multiprocessors = workspace.multiprocessors();
   for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
     for (const int B : {1, 2, 3, 8, 9, 16, 17, 32, 33, 64}) {
       for (const Shape shape :
            {Shape{768, 2304}, Shape{768, 768}, Shape{768, 3072}, Shape{3072, 768},
             Shape{768, 50257}, Shape{1, 1}, Shape{100000, 64}}) {
         CAPTURE(B, shape.K, shape.N, static_cast<int>(precision));
-        const DecodeMatmulPlan plan =
-            plan_decode_matmul(B, shape.K, shape.N, multiprocessors, precision);
+        const DecodeMatmulPlan plan = plan_decode_matmul(B, shape.K, shape.N, precision, workspace);
         CHECK(plan.row_tile >= B);
         CHECK(plan.chunks * kDecodeChunkRows >= shape.K);
         CHECK(plan.chunks_per_split * plan.splits >= plan.chunks);       // every chunk ...
@@ -357,8 +365,8 @@ TEST_CASE("plan_decode_matmul covers K exactly and fits the workspace",
       }
     }
   }
-  CHECK(plan_decode_matmul(1, 768, 768, multiprocessors, DecodePrecision::kFp32).splits > 1);
-  CHECK(plan_decode_matmul(64, 768, 50257, multiprocessors, DecodePrecision::kFp32).splits == 1);
+  CHECK(plan_decode_matmul(1, 768, 768, DecodePrecision::kFp32, workspace).splits > 1);
+  CHECK(plan_decode_matmul(64, 768, 50257, DecodePrecision::kFp32, workspace).splits == 1);
 }
 
 // ---------------------------------------------------------------- the LM head
@@ -608,7 +616,11 @@ TEST_CASE("the decode matmul launchers reject bad arguments", "[kernels][decode_
   CHECK_THROWS_AS(lm_head(in, in, out, nullptr, index, 8, 8, 8), std::invalid_argument);
   CHECK_THROWS_AS(lm_head(in, in, nullptr, nullptr, nullptr, 8, 8, 8), std::invalid_argument);
   CHECK_THROWS_AS(lm_head(in, in + 2, out, out, index, 8, 8, 8), std::invalid_argument);
-  CHECK_THROWS_AS(plan_decode_matmul(8, 8, 8, 0, kFp32), std::invalid_argument);
+  CHECK_THROWS_AS(plan_decode_matmul(0, 8, 8, kFp32, workspace), std::invalid_argument);
+  CHECK_THROWS_AS(plan_decode_matmul(65, 8, 8, kFp32, workspace), std::invalid_argument);
+  CHECK_THROWS_AS(plan_decode_matmul(8, 8, 0, kFp32, workspace), std::invalid_argument);
+  CHECK_THROWS_AS(choose_decode_splits(24, 48, 0, 2), std::invalid_argument);
+  CHECK_THROWS_AS(choose_decode_splits(24, 48, 132, 0), std::invalid_argument);
   const GreedyState state{nullptr, index, index, index, /*max_steps=*/4, /*eos_id=*/0};
   CHECK_THROWS_AS(launch_argmax_step_from_candidates(ArgmaxCandidates{out, nullptr, 8}, index,
                                                      state, nullptr, 8, nullptr),

@@ -151,10 +151,9 @@ TEST_CASE("bf16 decode matmuls repeat bit for bit, split or not",
           "[kernels][decode_matmul][bf16]") {
   LADDER_SEEDED_RNG(rng);
   DecodeQueue queue;
-  const int multiprocessors = queue.workspace.multiprocessors();
   for (const Shape shape : {Shape{3072, 768}, Shape{768, 3072}}) {
     CAPTURE(shape.K, shape.N,
-            plan_decode_matmul_bf16(33, shape.K, shape.N, multiprocessors).splits);
+            plan_decode_matmul_bf16(33, shape.K, shape.N, queue.workspace).splits);
     const PackedWeight weight(rng, shape.K, shape.N);
     const std::vector<float> bias = test::random_bfloat16(rng, shape.N, -2.0f, 2.0f);
     const test::DeviceBfloats bias_device(test::to_bfloat16_bits(bias));
@@ -183,9 +182,8 @@ TEST_CASE("bf16 splits summed in a thread-block cluster give the workspace path'
     const std::vector<float> bias = test::random_bfloat16(rng, shape.N, -2.0f, 2.0f);
     const test::DeviceBfloats bias_device(test::to_bfloat16_bits(bias));
     for (const int B : {1, 9, 16, 17, 32, 33, 64}) {
-      CAPTURE(
-          B, shape.K, shape.N,
-          plan_decode_matmul_bf16(B, shape.K, shape.N, plain.workspace.multiprocessors()).splits);
+      CAPTURE(B, shape.K, shape.N,
+              plan_decode_matmul_bf16(B, shape.K, shape.N, plain.workspace).splits);
       const std::vector<float> x =
           test::random_bfloat16(rng, static_cast<std::size_t>(B) * shape.K, -1.0f, 1.0f);
       const test::DeviceBfloats x_device(test::to_bfloat16_bits(x));
@@ -210,12 +208,11 @@ TEST_CASE("bf16 splits summed in a thread-block cluster give the workspace path'
 TEST_CASE("plan_decode_matmul_bf16 covers K exactly and fits the workspace",
           "[kernels][decode_matmul][bf16]") {
   DecodeQueue queue;
-  const int multiprocessors = queue.workspace.multiprocessors();
   for (const Shape shape : {Shape{768, 2304}, Shape{768, 768}, Shape{768, 3072}, Shape{3072, 768},
                             Shape{768, 50257}, Shape{97, 65}}) {
     for (const int B : {1, 17, 64}) {
       CAPTURE(shape.K, shape.N, B);
-      const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, shape.K, shape.N, multiprocessors);
+      const DecodeMatmulPlan plan = plan_decode_matmul_bf16(B, shape.K, shape.N, queue.workspace);
       CHECK(plan.chunks * kDecodeBf16ChunkRows >= shape.K);
       CHECK((plan.splits - 1) * plan.chunks_per_split < plan.chunks);
       CHECK(plan.splits * plan.chunks_per_split >= plan.chunks);

@@ -158,11 +158,13 @@ cudaError_t cudaFuncSetAttribute(const void* /*function*/, cudaFuncAttribute /*a
   return cudaSuccess;
 }
 
-// The decode matmuls ask how many blocks of a kernel fit on a multiprocessor, to decide
-// whether a split product launches in clusters. This program records neither that
-// decision nor the cluster shape, and cannot know the answer without a device: 2, the
-// kernels' __launch_bounds__ minimum (the H200 holds 2 of the fp32 and bf16 32-row tiles,
-// 4 of the tf32 one: docs/kernels.md, occupancy).
+// The decode matmuls ask how many blocks of a kernel fit on a multiprocessor, to plan
+// their splits and to decide whether a split product launches in clusters. This program
+// records neither the decision nor the cluster shape, and cannot know the answer without
+// a device: 2, the kernels' __launch_bounds__ minimum (the H200 holds 2 of the fp32 and
+// bf16 32-row tiles, 3 of the tf32 one: docs/kernels.md, occupancy). So the grids
+// recorded here are those of a kernel held 2 to a multiprocessor: the tf32 32-row tile's
+// c_fc is (4, 48) here, (5, 48) on an H200 (choose_decode_splits).
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* /*function*/,
                                                           int /*block_size*/,
                                                           std::size_t /*shared_bytes*/) {
