@@ -13,7 +13,9 @@ and cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump); no GPU. It r
     (registers, local memory, static shared memory) and `cuobjdump -sass`, for every
     kernel in them - a new kernel file is picked up without edits here;
   * tests/kernel_launch_configs: the launch each launcher makes for GPT-2 small at
-    B = 32 (the launcher's own code, called with the chapters' shapes);
+    B = 32 (the launcher's own code, called with the chapters' shapes; its questions of
+    a kernel's residency answered for sm_90 from the registers and static shared memory
+    read here, so plans that depend on it are the H200's);
   * tests/kernel_occupancy: cuda_occupancy.h's resident blocks per SM on each preset
     architecture;
   * chapters/NN_*/: the chapters; results/profile/NN_*.kernel_profile.txt: the kernels
@@ -39,6 +41,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter, defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -264,12 +267,13 @@ UNQUALIFIED_PROMISES = set()
 
 # ---------------------------------------------------------------- launches, occupancy
 
-def launch_configurations(build):
-    """{short kernel name: [(workload, launcher, grid, block, dynamic shared)]}."""
+def launch_configurations(build, kernels):
+    """{short kernel name: [(workload, launcher, grid, block, dynamic shared)]}. `kernels`
+    (collect's) gives the program each kernel's registers and static shared memory, by
+    the offset of its host stub, for the residency the decode matmuls ask of it."""
     program = os.path.join(build, "tests", "kernel_launch_configs")
     if not os.path.exists(program):
         fail(f"{program} not built (cmake --build {build} --target kernel_launch_configs)")
-    lines = run([program]).splitlines()
     symbols = {}
     anchor = None
     for line in run(["nm", program]).splitlines():
@@ -280,6 +284,18 @@ def launch_configurations(build):
                 anchor = int(fields[0], 16)
     if anchor is None:
         fail(f"kernel_report_anchor not found in {program}")
+    # The host stubs' names differ from the device functions' in their mangling (a kernel
+    # in an anonymous namespace gets an internal-linkage mark), so they meet by short name.
+    bases = {base_name(name) for name in kernels}
+    stubs = [mangled for mangled in symbols.values() if any(base in mangled for base in bases)]
+    stub_names = demangle(sorted(set(stubs)))
+    with tempfile.NamedTemporaryFile("w", suffix=".resources.txt") as resources:
+        for address, mangled in sorted(symbols.items()):
+            info = kernels.get(short_name(stub_names[mangled])) if mangled in stub_names else None
+            if info is not None:
+                resources.write(f"{address - anchor} {info['registers']} {info['shared']}\n")
+        resources.flush()
+        lines = run([program, resources.name]).splitlines()
     records = []
     for line in lines:
         workload, launcher, offset, grid, block, shared = line.split("\t")
@@ -759,7 +775,7 @@ def main():
     build = os.path.abspath(arguments.build)
 
     kernels = collect(build)
-    configurations = launch_configurations(build)
+    configurations = launch_configurations(build, kernels)
     promises = promised_instructions()
     requests = set()
     for name, info in kernels.items():

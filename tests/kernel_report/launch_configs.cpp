@@ -1,14 +1,16 @@
 // tests/kernel_report/launch_configs.cpp - the launch configuration every launcher in
 // kernels/ chooses for GPT-2 small at B = 32, asked of the launchers themselves.
 //
-//   build/ci/tests/kernel_launch_configs
+//   build/ci/tests/kernel_launch_configs [RESOURCES]
 //
 // Runs on a machine without a GPU: this program defines the runtime's kernel-launch
 // entry points itself (the functions that nvcc's `kernel<<<grid, block, shared,
 // stream>>>` expands into, and cudaLaunchKernelExC, which cudaLaunchKernelEx calls), so
 // a launcher's launch is recorded instead of sent to a device. The decode matmuls'
-// workspace asks the device for its multiprocessors, compute capability and memory:
-// answered here as an H200 would (132 multiprocessors, 9.0), with fake addresses. Every launcher is
+// workspace asks the device for its multiprocessors, compute capability, memory and each
+// kernel's resident blocks: answered here as an H200 would (132 multiprocessors, 9.0; the
+// resident blocks from RESOURCES, each kernel's registers and static shared memory, which
+// scripts/kernel_report.py writes), with fake addresses. Every launcher is
 // called with the shapes the chapters pass and with fake, 256-byte aligned device addresses (never
 // dereferenced: no kernel runs). Output, one line per launch, tab-separated:
 //   workload  launcher  kernel-offset  grid.x,y,z  block.x,y,z  dynamic-shared-bytes
@@ -24,6 +26,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +41,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/sampling.cuh"
+#include "occupancy_calculator.hpp"
 
 // ---------------------------------------------------------------- recorded launches
 
@@ -66,6 +71,48 @@ extern "C" {
 
 void kernel_report_anchor() {}
 
+}  // extern "C"
+
+namespace {
+
+/// A kernel's host stub address minus kernel_report_anchor's.
+long long offset_of(const void* kernel) {
+  return reinterpret_cast<const char*>(kernel) -
+         reinterpret_cast<const char*>(&kernel_report_anchor);
+}
+
+/// The registers a thread and static shared bytes of each kernel, by offset_of, read from
+/// the file named on the command line (lines "offset registers static-shared-bytes").
+struct Resources {
+  struct Kernel {
+    int registers = 0;
+    std::size_t static_shared = 0;
+  };
+  bool given = false;
+  std::map<long long, Kernel> of_offset;
+};
+
+Resources& resources() {
+  static Resources instance;
+  return instance;
+}
+
+void read_resources(const char* path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error(std::string("cannot read ") + path);
+  Resources& known = resources();
+  known.given = true;
+  long long offset = 0;
+  Resources::Kernel kernel;
+  while (file >> offset >> kernel.registers >> kernel.static_shared)
+    known.of_offset[offset] = kernel;
+  if (!file.eof()) throw std::runtime_error(std::string("malformed line in ") + path);
+}
+
+}  // namespace
+
+extern "C" {
+
 // The entry points nvcc's launch code calls (crt/host_runtime.h, CUDA 13).
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, std::size_t shared_bytes,
                                      cudaStream_t /*stream*/) {
@@ -94,11 +141,9 @@ cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* host_stub) {
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** /*arguments*/,
                                std::size_t shared_bytes, cudaStream_t /*stream*/) {
   Recorder& state = recorder();
-  const long long offset =
-      reinterpret_cast<const char*>(kernel) - reinterpret_cast<const char*>(&kernel_report_anchor);
   std::printf("%s\t%s\t%lld\t%u,%u,%u\t%u,%u,%u\t%zu\n", state.workload.c_str(),
-              state.launcher.c_str(), offset, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-              shared_bytes);
+              state.launcher.c_str(), offset_of(kernel), grid.x, grid.y, grid.z, block.x, block.y,
+              block.z, shared_bytes);
   ++state.launches;
   return cudaSuccess;
 }
@@ -159,16 +204,26 @@ cudaError_t cudaFuncSetAttribute(const void* /*function*/, cudaFuncAttribute /*a
 }
 
 // The decode matmuls ask how many blocks of a kernel fit on a multiprocessor, to plan
-// their splits and to decide whether a split product launches in clusters. This program
-// records neither the decision nor the cluster shape, and cannot know the answer without
-// a device: 2, the kernels' __launch_bounds__ minimum (the H200 holds 2 of the fp32 and
-// bf16 32-row tiles, 3 of the tf32 one: docs/kernels.md, occupancy). So the grids
-// recorded here are those of a kernel held 2 to a multiprocessor: the tf32 32-row tile's
-// c_fc is (4, 48) here, (5, 48) on an H200 (choose_decode_splits).
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* /*function*/,
-                                                          int /*block_size*/,
-                                                          std::size_t /*shared_bytes*/) {
-  *blocks = 2;
+// their splits and to decide whether a split product launches in clusters (this program
+// records neither the decision nor the cluster shape). Answered as sm_90 would, by the
+// toolkit's calculator, from the kernel's registers and static shared memory in the
+// resources file (resources(): the kernel report writes it from the sm_90 SASS); without
+// one, 2, the kernels' __launch_bounds__ minimum.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* function,
+                                                          int block_size,
+                                                          std::size_t shared_bytes) {
+  const Resources& known = resources();
+  if (!known.given) {
+    *blocks = 2;
+    return cudaSuccess;
+  }
+  const auto found = known.of_offset.find(offset_of(function));
+  if (found == known.of_offset.end()) return cudaErrorInvalidDeviceFunction;
+  cudaOccResult result;
+  if (!kernel_report::occupancy(*kernel_report::find_architecture(90), found->second.registers,
+                                found->second.static_shared, block_size, shared_bytes, &result))
+    return cudaErrorInvalidConfiguration;
+  *blocks = result.activeBlocksPerMultiprocessor;
   return cudaSuccess;
 }
 
@@ -381,8 +436,10 @@ void record_all() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
+    if (argc > 2) throw std::invalid_argument("usage: kernel_launch_configs [RESOURCES]");
+    if (argc == 2) read_resources(argv[1]);
     record_all();
     return 0;
   } catch (const std::exception& error) {

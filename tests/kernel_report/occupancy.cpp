@@ -7,56 +7,15 @@
 // static shared bytes per block, threads per block, dynamic shared bytes per block.
 // Writes one line per input line: resident blocks per SM, resident warps per SM, the
 // SM's maximum warps, and what limits the blocks (warps, registers, shared, blocks).
-// Needs no GPU: the SM limits of each architecture are written down below.
-#include <cuda_occupancy.h>
-
+// Needs no GPU: the SM limits of each architecture are in occupancy_calculator.hpp.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
 
+#include "occupancy_calculator.hpp"
+
 namespace {
-
-/// The SM limits of one compute capability (the CUDA C++ Programming Guide's table of
-/// technical specifications per compute capability; shared memory as the runtime's
-/// cudaDeviceProp reports it: per SM, the opt-in maximum per block, and the 1 KiB the
-/// system reserves per block).
-struct Architecture {
-  int code;
-  int threads_per_sm;
-  std::size_t shared_per_sm;
-  std::size_t shared_per_block_optin;
-};
-
-constexpr Architecture kArchitectures[] = {
-    {80, 2048, 167936, 166912},  // A100
-    {86, 1536, 102400, 101376},  // RTX 30xx, A40
-    {89, 1536, 102400, 101376},  // RTX 40xx, L4, L40
-    {90, 2048, 233472, 232448},  // H100, H200
-};
-
-const Architecture* find_architecture(int code) {
-  for (const Architecture& architecture : kArchitectures)
-    if (architecture.code == code) return &architecture;
-  return nullptr;
-}
-
-cudaOccDeviceProp device_of(const Architecture& architecture) {
-  cudaOccDeviceProp device;
-  device.computeMajor = architecture.code / 10;
-  device.computeMinor = architecture.code % 10;
-  device.maxThreadsPerBlock = 1024;
-  device.maxThreadsPerMultiprocessor = architecture.threads_per_sm;
-  device.regsPerBlock = 65536;
-  device.regsPerMultiprocessor = 65536;
-  device.warpSize = 32;
-  device.sharedMemPerBlock = 49152;
-  device.sharedMemPerMultiprocessor = architecture.shared_per_sm;
-  device.numSms = 1;  // occupancy per SM does not depend on the SM count
-  device.sharedMemPerBlockOptin = architecture.shared_per_block_optin;
-  device.reservedSharedMemPerBlock = 1024;
-  return device;
-}
 
 std::string limiter(unsigned int factors) {
   std::string names;
@@ -90,25 +49,15 @@ int main() {
       std::fprintf(stderr, "kernel_occupancy: error: line %d: expected 5 numbers\n", line_number);
       return 2;
     }
-    const Architecture* architecture = find_architecture(code);
+    const kernel_report::Architecture* architecture = kernel_report::find_architecture(code);
     if (architecture == nullptr) {
       std::fprintf(stderr, "kernel_occupancy: error: line %d: unknown architecture %d\n",
                    line_number, code);
       return 2;
     }
-    const cudaOccDeviceProp device = device_of(*architecture);
-    cudaOccFuncAttributes function;
-    function.maxThreadsPerBlock = 1024;
-    function.numRegs = registers;
-    function.sharedSizeBytes = static_shared;
-    function.partitionedGCConfig = PARTITIONED_GC_OFF;
-    function.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN;
-    function.maxDynamicSharedSizeBytes = architecture->shared_per_block_optin - static_shared;
-    function.numBlockBarriers = 1;
-    const cudaOccDeviceState state;
     cudaOccResult result;
-    if (cudaOccMaxActiveBlocksPerMultiprocessor(&result, &device, &function, &state, threads,
-                                                dynamic_shared) != CUDA_OCC_SUCCESS) {
+    if (!kernel_report::occupancy(*architecture, registers, static_shared, threads, dynamic_shared,
+                                  &result)) {
       std::fprintf(stderr, "kernel_occupancy: error: line %d: the calculator rejected it\n",
                    line_number);
       return 2;
