@@ -37,6 +37,9 @@
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
 #             (LADDER_PYTORCH_FLAGS, e.g. "--precision bf16 --variants static,compile")
+#             With LADDER_MAIN_JOB_DIR=build/main_job, `ladder pytorch` gathers the main
+#             job there across calls of one warm machine: the same command again skips
+#             what an earlier call finished (the chapters' run, each finished variant)
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
 # LADDER_TIME_LIMIT=570 (seconds) keeps the whole call under a limit such as a device
 # tool's 600 s: each command gets what is left, and what finished is packed all the same.
@@ -345,9 +348,22 @@ if wants micro; then
 fi
 
 if wants ladder || wants pytorch; then
-  mkdir -p "$out/ladder"
+  # LADDER_MAIN_JOB_DIR=DIR (e.g. build/main_job, kept between the calls of one warm
+  # machine): the main job's results gather there, not in this call's $OUT, and the same
+  # command run again goes on where the last one stopped: `ladder` is skipped once DIR
+  # holds its run.json, `pytorch` keeps the variant files already finished (--resume).
+  # Each call packs all of DIR so far into $OUT/ladder.tar.gz.
+  results=$out/ladder
+  resume=()
+  if [ -n "${LADDER_MAIN_JOB_DIR:-}" ]; then
+    mkdir -p "$LADDER_MAIN_JOB_DIR" && results=$(cd "$LADDER_MAIN_JOB_DIR" && pwd)
+    resume=(--resume)
+  fi
+  mkdir -p "$results"
   if wants ladder; then
-    if limited bash scripts/run_ladder.sh "$out/ladder" --no-pytorch > "$out/logs/ladder.log" 2>&1; then
+    if [ ${#resume[@]} -gt 0 ] && [ -f "$results/run.json" ]; then
+      note "ladder: kept from an earlier call ($LADDER_MAIN_JOB_DIR/run.json)"
+    elif limited bash scripts/run_ladder.sh "$results" --no-pytorch > "$out/logs/ladder.log" 2>&1; then
       note "ladder: every chapter measured ($(grep -c '^===' "$out/logs/ladder.log") runs)"
     else
       note "ladder: FAILED (logs/ladder.log)"; tail -20 "$out/logs/ladder.log"
@@ -355,14 +371,19 @@ if wants ladder || wants pytorch; then
   fi
   if wants pytorch; then
     # shellcheck disable=SC2086  # LADDER_PYTORCH_FLAGS is a list of flags
-    if limited python3 scripts/pytorch_baseline.py --out "$out/ladder" --new-tokens 100,200,400 \
+    if limited python3 scripts/pytorch_baseline.py --out "$results" --new-tokens 100,200,400 \
         --runs "${LADDER_PYTORCH_RUNS:-3}" --naive-runs "${LADDER_PYTORCH_RUNS:-3}" \
-        ${LADDER_PYTORCH_FLAGS:-} > "$out/logs/pytorch.log" 2>&1; then
-      note "pytorch: $(ls "$out"/ladder/pytorch_*.json 2>/dev/null | wc -l) variant files"
+        "${resume[@]}" ${LADDER_PYTORCH_FLAGS:-} > "$out/logs/pytorch.log" 2>&1; then
+      note "pytorch: $(ls "$results"/pytorch_*.json 2>/dev/null | wc -l) variant files"
     else
       note "pytorch: FAILED (logs/pytorch.log)"; tail -20 "$out/logs/pytorch.log"
     fi
+    if [ ${#resume[@]} -gt 0 ]; then
+      unfinished=$(grep -L '"complete": true' "$results"/pytorch_*.json 2>/dev/null | wc -l)
+      note "pytorch: $(ls "$results"/pytorch_*.json 2>/dev/null | wc -l) variant files in $LADDER_MAIN_JOB_DIR, $unfinished not finished (run the same command again)"
+    fi
   fi
+  [ "$results" != "$out/ladder" ] && cp -r "$results" "$out/ladder"
 fi
 
 if wants product; then

@@ -76,6 +76,8 @@ N = 400; the max-autotune modes compile for minutes more):
     python3 scripts/pytorch_baseline.py --quick             # smoke run: N = 8, one run
     python3 scripts/pytorch_baseline.py --variants static,compile --precision tf32 \\
         --batch 1,8,32,64 --new-tokens 100 --out /tmp/pt
+A job cut short (a time limit) runs again with --resume into the same --out: the variants
+an earlier run finished are kept, the others run (a cut variant from its start).
 Exit status: 0 when every child ran (failed variants are recorded, not fatal), 2 for a bad
 command line, 3 without a CUDA device, 4 without torch or transformers.
 """
@@ -606,6 +608,16 @@ def record_crash(path: pathlib.Path, variant: Variant, precision: str, message: 
     write_json(path, document)
 
 
+def finished(path: pathlib.Path) -> bool:
+    """Whether an earlier run left this variant's file complete and without an error (a
+    variant cut by a time limit is "complete": false; one whose process died has an error)."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return document.get("complete") is True and document.get("error") is None
+
+
 def run_parent(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -619,6 +631,17 @@ def run_parent(args) -> int:
     written = []
     for precision in args.precision:
         for allocator_conf, keys in process_groups(args.variants):
+            if args.resume:
+                kept = [key for key in keys if finished(
+                    output_path(args.out, VARIANTS_BY_KEY[key], precision, args.suffix))]
+                if kept:
+                    progress(f"pytorch_baseline.py: {precision}: {', '.join(kept)} kept "
+                             "(--resume: finished by an earlier run)")
+                written += [output_path(args.out, VARIANTS_BY_KEY[key], precision, args.suffix)
+                            for key in kept]
+                keys = [key for key in keys if key not in kept]
+                if not keys:
+                    continue
             environment = dict(os.environ)
             environment.pop("PYTORCH_ALLOC_CONF", None)
             environment.pop(ALLOCATOR_VARIABLE, None)
@@ -674,6 +697,10 @@ def parse_arguments(argv):
                         help="added to the file names, e.g. 'sweep' for <chapter>.fp32.sweep.json")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 8 new tokens, one timed run")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep each variant file in --out that an earlier run finished "
+                             "(complete, no error) and run only the others: a job cut by a "
+                             "time limit goes on where it stopped")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
