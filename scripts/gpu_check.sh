@@ -356,6 +356,12 @@ if wants ladder || wants pytorch; then
   results=$out/ladder
   resume=()
   if [ -n "${LADDER_MAIN_JOB_DIR:-}" ]; then
+    # A folder left by a run of another commit is not this run's: start it afresh.
+    if [ -n "${LADDER_COMMIT:-}" ] && [ -f "$LADDER_MAIN_JOB_DIR/run.json" ] &&
+       ! grep -qF "\"git_commit\": \"$LADDER_COMMIT\"" "$LADDER_MAIN_JOB_DIR/run.json"; then
+      note "ladder: $LADDER_MAIN_JOB_DIR held another commit's run, emptied"
+      rm -rf "$LADDER_MAIN_JOB_DIR"
+    fi
     mkdir -p "$LADDER_MAIN_JOB_DIR" && results=$(cd "$LADDER_MAIN_JOB_DIR" && pwd)
     resume=(--resume)
   fi

@@ -11,7 +11,9 @@
 # limit leaves them; the second: the cut one finished). Checked: the first call runs the
 # chapters and packs run.json and both files, its summary counting one not finished; the
 # second does not run the chapters again, passes --resume, and packs run.json and both
-# files finished; a call without LADDER_MAIN_JOB_DIR runs the chapters and passes no --resume.
+# files finished; a call with another LADDER_COMMIT than the folder's run.json starts afresh,
+# the next with the same keeps it; a call without LADDER_MAIN_JOB_DIR runs the chapters and
+# passes no --resume.
 set -euo pipefail
 # shellcheck source=tests/scripts/stand_ins.sh
 source "$(dirname "$0")/stand_ins.sh"
@@ -39,7 +41,7 @@ cat > "$tree/scripts/run_ladder.sh" << 'EOF_LADDER'
 #!/usr/bin/env bash
 # run_ladder.sh RESULTS_DIR --no-pytorch: the chapters' run, as a mark and a run.json.
 touch "$WORK/ladder_started.$CALL"
-echo '{"gpu": "stand-in GPU"}' > "$1/run.json"
+echo "{\"gpu\": \"stand-in GPU\", \"git_commit\": \"${LADDER_COMMIT:-unknown}\"}" > "$1/run.json"
 EOF_LADDER
 
 call() {  # call N [VAR=VALUE ...]: gpu_check.sh ladder pytorch as call N
@@ -71,13 +73,19 @@ done
 grep -q '0 not finished' "$work/out2/summary.txt" ||
   fail "call 2's summary does not say every variant finished: $(cat "$work/out2/summary.txt")"
 
+call 4 LADDER_MAIN_JOB_DIR="$work/job" LADDER_COMMIT=other
+[ -e "$work/ladder_started.4" ] || fail "a folder of another commit's run was kept"
+grep -q 'held another commit' "$work/out4/summary.txt" || fail "call 4 does not say why it started afresh"
+call 5 LADDER_MAIN_JOB_DIR="$work/job" LADDER_COMMIT=other
+[ ! -e "$work/ladder_started.5" ] || fail "the same commit's run was not kept"
+
 call 3
 [ -e "$work/ladder_started.3" ] || fail "without LADDER_MAIN_JOB_DIR the chapters did not run"
 ! grep -q -- '--resume' "$work/pytorch_args.3" || fail "without LADDER_MAIN_JOB_DIR --resume was passed"
 packed 3 run.json || fail "call 3's ladder.tar.gz lacks run.json"
 
 if [ "$failures" -gt 0 ]; then
-  for number in 1 2 3; do echo "--- call $number's output:"; cat "$work/output.$number.txt" 2> /dev/null; done
+  for number in 1 2 4 5 3; do echo "--- call $number's output:"; cat "$work/output.$number.txt" 2> /dev/null; done
   exit 1
 fi
 echo "gpu_check.sh with LADDER_MAIN_JOB_DIR: the chapters' run kept, the PyTorch rows resumed, all packed each call"
