@@ -7,8 +7,10 @@
 # format, paths from the repository root), c the second, and so on. Each variant is a copy
 # of the tree (no build/, no results/) built with the native preset, tests off, targets
 # decode_matmul (bench/) and the chapters of LADDER_AB_CHAPTERS (default
-# "09_decode_matmuls") only. Then LADDER_AB_ROUNDS rounds (default 2), each running every
-# variant in turn, a before b before c:
+# "09_decode_matmuls"; an entry NN_name:FLAG runs that chapter with --FLAG, e.g.
+# "09_decode_matmuls 09_decode_matmuls:tf32", its runs named "NN --FLAG") only. Then
+# LADDER_AB_ROUNDS rounds (default 2), each running every variant in turn, a before b
+# before c:
 #   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product)
 #   each chapter                --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
 #                               (default "1 32"), with --json
@@ -37,9 +39,14 @@ for patch in "${given[@]}"; do
 done
 rounds=${LADDER_AB_ROUNDS:-2}
 batches=${LADDER_AB_BATCHES:-1 32}
-read -ra chapters <<< "${LADDER_AB_CHAPTERS:-09_decode_matmuls}"
-for chapter in "${chapters[@]}"; do
+read -ra entries <<< "${LADDER_AB_CHAPTERS:-09_decode_matmuls}"
+chapters=()  # the targets to build, each once
+for entry in "${entries[@]}"; do
+  chapter=${entry%%:*}
   [ -d "chapters/$chapter" ] || { echo "ab_kernel.sh: no chapter $chapter (LADDER_AB_CHAPTERS)" >&2; exit 2; }
+  [[ "$entry" != *:* || "${entry#*:}" =~ ^[a-z0-9]+$ ]] ||
+    { echo "ab_kernel.sh: $entry: the flag after ':' is a chapter flag's name, e.g. tf32" >&2; exit 2; }
+  [[ " ${chapters[*]} " == *" $chapter "* ]] || chapters+=("$chapter")
 done
 work=$(mktemp -d)
 mkdir -p "$out/ab"
@@ -86,26 +93,35 @@ for round in $(seq 1 "$rounds"); do
     if ! timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1; then
       echo "== variant $v round $round: decode_matmul FAILED"; failed=1
     fi
-    for chapter in "${chapters[@]}"; do
+    for entry in "${entries[@]}"; do
+      chapter=${entry%%:*}
+      flags=(); key=${chapter%%_*}
+      if [[ "$entry" == *:* ]]; then flags=("--${entry#*:}"); key=$key-${entry#*:}; fi
       for b in $batches; do
-        run=$out/ab/$v.r$round.${chapter%%_*}.b$b
-        if ! timeout 300 "$bin/chapters/$chapter" --batch "$b" --new-tokens 100 --runs 5 \
-            --json "$run.json" > "$run.txt" 2>&1; then
-          echo "== variant $v round $round: $chapter at B = $b FAILED"; failed=1
+        run=$out/ab/$v.r$round.$key.b$b
+        if ! timeout 300 "$bin/chapters/$chapter" "${flags[@]}" --batch "$b" --new-tokens 100 \
+            --runs 5 --json "$run.json" > "$run.txt" 2>&1; then
+          echo "== variant $v round $round: $chapter ${flags[*]} at B = $b FAILED"; failed=1
         fi
       done
     done
   done
 done
 
-python3 - "$out/ab" "$rounds" "$batches" "${chapters[*]}" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
+python3 - "$out/ab" "$rounds" "$batches" "${entries[*]}" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
 import json, re, sys
 from pathlib import Path
 folder, rounds, batches = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
-numbers, names = [c.split("_")[0] for c in sys.argv[4].split()], sys.argv[5:]
-runs = [(n, b) for n in numbers for b in batches]
+names = sys.argv[5:]
+# An entry NN_name or NN_name:FLAG: its files' key "NN" or "NN-FLAG", its label "NN --FLAG".
+keys = []
+for entry in sys.argv[4].split():
+    chapter, _, flag = entry.partition(":")
+    number = chapter.split("_")[0]
+    keys.append((f"{number}-{flag}", f"{number} --{flag}") if flag else (number, number))
+runs = [(key, label, b) for key, label in keys for b in batches]
 print("variant round | products summed (fp32 us) at B = 1, 8, 32, 64 | LM head B = 1 | "
-      + " | ".join(f"{n} B = {b} ms/step (hash)" for n, b in runs))
+      + " | ".join(f"{label} B = {b} ms/step (hash)" for _, label, b in runs))
 for r in range(1, rounds + 1):
     for v in names:
         bench = folder / f"{v}.r{r}.decode_matmul.txt"
@@ -113,7 +129,7 @@ for r in range(1, rounds + 1):
         sums = re.findall(r"^\| step: sum over the 49 products \| \| [\d.]+ \| ([\d.]+)", text, re.M)
         head = re.search(r"^\| LM head[^|]*\|[^|]*\|[^|]*\| ([\d.]+)", text, re.M)
         cells = []
-        for n, b in runs:
+        for n, _, b in runs:
             path = folder / f"{v}.r{r}.{n}.b{b}.json"
             try:
                 c = json.loads(path.read_text())["configurations"][0]

@@ -6,7 +6,8 @@ from the JSON files of one scripts/ab_kernel.sh call; and each decode product's 
     python3 scripts/ab_ratios.py RESULTS/ab_console.txt > RESULTS/ratios.md
 
 Reads ab/V.rR.CH.bB.json from the archive (or from a folder holding ab/): every variant,
-round, chapter and batch it finds. Where the archive did not come back, the summary that
+round, chapter (or chapter and flag: CH "09-tf32", "09 --tf32" in the table) and batch it
+finds. Where the archive did not come back, the summary that
 ab_kernel.sh prints last (its "variant round | ..." table, 4 decimals a step) serves.
 Prints a Markdown table: per chapter and B, variant a's ms a step in each round, then
 every other variant's ratio to a in the same round. Where the archive holds the bench's
@@ -20,7 +21,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d)\.b(\d+)\.json$")
+# ab/V.rR.CH.bB.json, CH a chapter's number or, for a run with a flag, "09-tf32" (its label
+# in the tables: "09 --tf32").
+NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.(\d\d(?:-[a-z0-9]+)?)\.b(\d+)\.json$")
 BENCH_NAME = re.compile(r"(?:^|/)ab/([a-z])\.r(\d+)\.decode_matmul\.txt$")
 # bench/decode_matmul's per-product tables: a heading per B, then a row per product whose
 # cells are: product (its name, then its shape), splits x tiles, copy floor, decode fp32
@@ -29,8 +32,9 @@ BENCH_SECTION = re.compile(r"^## B = (\d+) rows: GPU us per product")
 PRODUCT_NAME = re.compile(r"^([A-Za-z_ ]+?)\s+\d")
 
 
-# ab_kernel.sh's summary: a header cell "09 B = 32 ms/step (hash)", a row "b 2 | ...".
-CONSOLE_COLUMN = re.compile(r"^(\d\d) B = (\d+) ms/step")
+# ab_kernel.sh's summary: a header cell "09 B = 32 ms/step (hash)" (or "09 --tf32 B = 32
+# ..."), a row "b 2 | ...".
+CONSOLE_COLUMN = re.compile(r"^(\d\d(?: --[a-z0-9]+)?) B = (\d+) ms/step")
 CONSOLE_ROW = re.compile(r"^([a-z]) (\d+) \|")
 
 
@@ -142,6 +146,7 @@ def read_runs(source):
         match = NAME.search(name)
         if match:
             variant, round_, chapter, batch = match.groups()
+            chapter = chapter.replace("-", " --", 1)  # the summary's label of a flagged run
             runs[(variant, int(round_), chapter, int(batch))] = \
                 json.loads(text)["configurations"][0]["ms_per_step"]
     return runs

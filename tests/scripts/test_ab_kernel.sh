@@ -11,8 +11,10 @@
 # file changes the figure), and a 09_decode_matmuls that writes --json with the batch in its
 # time. Checked: a missing patch or chapter exits 2 and a patch that does not apply exits 1,
 # none having built anything; two variants give the summary's rows a 1, b 1, a 2, b 2 in
-# that order, each with its own figure; two chapters give each its columns; a program that
-# fails is named and the script exits 1.
+# that order, each with its own figure; two chapters give each its columns; a chapter
+# listed plain and with a flag (09_decode_matmuls:tf32) is built once and gives two sets
+# of columns, which ab_ratios.py reads as "09" and "09 --tf32"; a program that fails is
+# named and the script exits 1.
 set -euo pipefail
 # shellcheck source=tests/scripts/stand_ins.sh
 source "$(dirname "$0")/stand_ins.sh"
@@ -48,7 +50,8 @@ for target in "$@"; do
 import json, sys
 a = sys.argv
 batch, out = int(a[a.index("--batch") + 1]), a[a.index("--json") + 1]
-json.dump({"configurations": [{"ms_per_step": batch / 1000, "token_hash": "feedc0de"}]}, open(out, "w"))
+scale = 2000 if "--tf32" in a else 1000  # a flagged run: its own figures
+json.dump({"configurations": [{"ms_per_step": batch / scale, "token_hash": "feedc0de"}]}, open(out, "w"))
 CHAPTER
     chmod +x "build/native/chapters/$target"; }
   [ "$target" = --target ] && seen=1
@@ -120,6 +123,24 @@ grep -q '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 10 B = 1 ms/step
   "$work/log.two" || fail "two chapters: the summary's header: $(grep '^variant' "$work/log.two")"
 grep -qE '^b 1 \| .* \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\)$' \
   "$work/log.two" || fail "two chapters: variant b's row: $(grep '^b 1' "$work/log.two")"
+: > "$CMAKE_CALLS"
+LADDER_AB_CHAPTERS="09_decode_matmuls 09_decode_matmuls:tf32" LADDER_AB_ROUNDS=1 run flag "$work/adds_a_line.patch" ||
+  fail "a chapter with a flag: exit $? ($(tail -3 "$work/log.flag"))"
+grep -q '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 09 --tf32 B = 1 ms/step (hash) | 09 --tf32 B = 32 ms/step (hash)$' \
+  "$work/log.flag" || fail "a chapter with a flag: the summary's header: $(grep '^variant' "$work/log.flag")"
+grep -qE '^b 1 \| .* \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0005 \(feedc0de\) \| 0\.0160 \(feedc0de\)$' \
+  "$work/log.flag" || fail "a chapter with a flag: variant b's row: $(grep '^b 1' "$work/log.flag")"
+grep -- '--build' "$CMAKE_CALLS" | grep -q -- '--target decode_matmul 09_decode_matmuls$' ||
+  fail "a chapter with a flag: not built once: $(grep -- '--build' "$CMAKE_CALLS" | head -1)"
+python3 "$repository/scripts/ab_ratios.py" "$work/out.flag/ab.tar.gz" > "$work/ratios.flag" ||
+  fail "ab_ratios.py cannot read a flagged run's archive"
+grep -qF '| 09 --tf32, B = 32 | 0.0160 | 1.000 |' "$work/ratios.flag" ||
+  fail "ab_ratios.py: the flagged run's row: $(cat "$work/ratios.flag")"
+set +e
+LADDER_AB_CHAPTERS="09_decode_matmuls:--tf32" run badflag "$work/adds_a_line.patch"; code=$?
+set -e
+[ "$code" -eq 2 ] || fail "a flag written with its dashes: exit $code, expected 2"
+
 set +e
 LADDER_AB_CHAPTERS=12_no_such_chapter run nochapter "$work/adds_a_line.patch"; code=$?
 set -e

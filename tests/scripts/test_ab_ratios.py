@@ -3,8 +3,8 @@
 ab_kernel.sh archive and prints every variant's ms a step over variant a's in the same
 round, then from the bench outputs in it each product's µs per variant and round, with
 the plans that differ from a's; the same chapters' table from the summary ab_kernel.sh
-prints when its archive did not come back; an archive without them is refused with one
-line and a non-zero exit.
+prints when its archive did not come back; a chapter run with a flag ("09 --tf32") from
+either; an archive without them is refused with one line and a non-zero exit.
 
     python3 tests/scripts/test_ab_ratios.py
 
@@ -83,6 +83,28 @@ with tempfile.TemporaryDirectory() as work:
     result = ab_ratios(console)
     expect(result.returncode == 0, f"console: exit {result.returncode}: {result.stderr}")
     expect(result.stdout.splitlines() == rows, f"console: {result.stdout!r}")  # no products
+
+    # A chapter run with a flag (LADDER_AB_CHAPTERS="09_decode_matmuls:tf32"): files
+    # ab/V.rR.09-tf32.bB.json, summary columns "09 --tf32 B = ...": rows "09 --tf32, B = ...".
+    flagged = Path(work) / "flagged.tar.gz"
+    with tarfile.open(flagged, "w:gz") as archive:
+        for variant, ms in (("a", 0.4), ("b", 0.3)):
+            add(archive, f"ab/{variant}.r1.09.b1.json",
+                json.dumps({"configurations": [{"ms_per_step": ms}]}))
+            add(archive, f"ab/{variant}.r1.09-tf32.b1.json",
+                json.dumps({"configurations": [{"ms_per_step": ms / 2}]}))
+    flagged_rows = ["| chapter, B | a (ms a step, rounds 1) | b / a (rounds 1) |", "|---|--:|--:|",
+                    "| 09, B = 1 | 0.4000 | 0.750 |", "| 09 --tf32, B = 1 | 0.2000 | 0.750 |"]
+    result = ab_ratios(flagged)
+    expect(result.stdout.splitlines() == flagged_rows, f"flagged archive: {result.stdout!r}")
+    flagged_console = Path(work) / "flagged_console.txt"
+    flagged_console.write_text(
+        "variant round | products summed (fp32 us) at B = 1 | LM head B = 1 | "
+        "09 B = 1 ms/step (hash) | 09 --tf32 B = 1 ms/step (hash)\n"
+        "a 1 | 400.0 | 54.4 | 0.4000 (27aa9af60aad315c) | 0.2000 (27aa9af60aad315c)\n"
+        "b 1 | 410.0 | 54.4 | 0.3000 (27aa9af60aad315c) | 0.1500 (27aa9af60aad315c)\n")
+    result = ab_ratios(flagged_console)
+    expect(result.stdout.splitlines() == flagged_rows, f"flagged console: {result.stdout!r}")
 
     empty = Path(work) / "empty.tar.gz"
     with tarfile.open(empty, "w:gz") as archive:
