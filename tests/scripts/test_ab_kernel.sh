@@ -117,19 +117,24 @@ grep -qE "^chain b 2 \| $((base + 1))1\.1 / " "$work/log.good" ||
 tar -tzf "$work/out.good/ab.tar.gz" > "$work/listing"
 grep -q 'ab/b.patch' "$work/listing" || fail "the patch is not kept with the outputs"
 
-LADDER_AB_CHAPTERS="09_decode_matmuls 10_mixed_precision" LADDER_AB_ROUNDS=1 run two "$work/adds_a_line.patch" ||
-  fail "two chapters: exit $? ($(tail -3 "$work/log.two"))"
-grep -q '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 10 B = 1 ms/step (hash) | 10 B = 32 ms/step (hash)$' \
-  "$work/log.two" || fail "two chapters: the summary's header: $(grep '^variant' "$work/log.two")"
-grep -qE '^b 1 \| .* \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\)$' \
-  "$work/log.two" || fail "two chapters: variant b's row: $(grep '^b 1' "$work/log.two")"
+# chapter_columns NAME ENTRIES HEADER ROW: one round with LADDER_AB_CHAPTERS=ENTRIES; the
+# summary's header must end with HEADER (plain text), variant b's row with ROW (a regex).
+chapter_columns() {
+  local name=$1 entries=$2 header=$3 row=$4
+  LADDER_AB_CHAPTERS="$entries" LADDER_AB_ROUNDS=1 run "$name" "$work/adds_a_line.patch" ||
+    fail "$name: exit $? ($(tail -3 "$work/log.$name"))"
+  [[ "$(grep '^variant' "$work/log.$name")" == *"$header" ]] ||
+    fail "$name: the summary's header: $(grep '^variant' "$work/log.$name")"
+  grep -qE "^b 1 \| .* \| $row\$" "$work/log.$name" ||
+    fail "$name: variant b's row: $(grep '^b 1' "$work/log.$name")"
+}
+chapter_columns two "09_decode_matmuls 10_mixed_precision" \
+  '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 10 B = 1 ms/step (hash) | 10 B = 32 ms/step (hash)' \
+  '0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\)'
 : > "$CMAKE_CALLS"
-LADDER_AB_CHAPTERS="09_decode_matmuls 09_decode_matmuls:tf32" LADDER_AB_ROUNDS=1 run flag "$work/adds_a_line.patch" ||
-  fail "a chapter with a flag: exit $? ($(tail -3 "$work/log.flag"))"
-grep -q '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 09 --tf32 B = 1 ms/step (hash) | 09 --tf32 B = 32 ms/step (hash)$' \
-  "$work/log.flag" || fail "a chapter with a flag: the summary's header: $(grep '^variant' "$work/log.flag")"
-grep -qE '^b 1 \| .* \| 0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0005 \(feedc0de\) \| 0\.0160 \(feedc0de\)$' \
-  "$work/log.flag" || fail "a chapter with a flag: variant b's row: $(grep '^b 1' "$work/log.flag")"
+chapter_columns flag "09_decode_matmuls 09_decode_matmuls:tf32" \
+  '| 09 B = 1 ms/step (hash) | 09 B = 32 ms/step (hash) | 09 --tf32 B = 1 ms/step (hash) | 09 --tf32 B = 32 ms/step (hash)' \
+  '0\.0010 \(feedc0de\) \| 0\.0320 \(feedc0de\) \| 0\.0005 \(feedc0de\) \| 0\.0160 \(feedc0de\)'
 grep -- '--build' "$CMAKE_CALLS" | grep -q -- '--target decode_matmul 09_decode_matmuls$' ||
   fail "a chapter with a flag: not built once: $(grep -- '--build' "$CMAKE_CALLS" | head -1)"
 python3 "$repository/scripts/ab_ratios.py" "$work/out.flag/ab.tar.gz" > "$work/ratios.flag" ||
