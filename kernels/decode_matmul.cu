@@ -831,7 +831,6 @@ DecodeSplits choose_decode_splits(int chunks, int column_tiles, int multiprocess
 DecodeMatmulPlan plan_decode_matmul(int B, int K, int N, DecodePrecision precision,
                                     DecodeMatmulWorkspace& workspace) {
   constexpr const char* kName = "plan_decode_matmul";
-  decode_common::check_plan_shape(kName, B, K, N);
   const int row_tile = row_tile_for(B, precision);
   const int resident_blocks =
       workspace.resident_blocks(reinterpret_cast<const void*>(kernel_for(row_tile, precision,

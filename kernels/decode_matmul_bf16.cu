@@ -220,7 +220,6 @@ bool decode_common::allow_large_clusters_bf16() {
 
 DecodeMatmulPlan plan_decode_matmul_bf16(int B, int K, int N, DecodeMatmulWorkspace& workspace) {
   constexpr const char* kName = "plan_decode_matmul_bf16";
-  decode_common::check_plan_shape(kName, B, K, N);
   const int row_tile = B <= 16 ? 16 : B <= 32 ? 32 : 64;  // mma.sync takes rows 16 at a time
   const int resident_blocks =
       workspace.resident_blocks(reinterpret_cast<const void*>(kernel_for<__nv_bfloat16>(

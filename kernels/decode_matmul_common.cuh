@@ -71,12 +71,6 @@ inline void require_decode_rows(const char* launcher, int B) {
                                  "slices of 64 rows, DecodeStepContext)");
 }
 
-/// The checks every plan makes first: B in [1, 64], K and N positive.
-inline void check_plan_shape(const char* caller, int B, int K, int N) {
-  launch_checks::require_positive(caller, {{"B", B}, {"K", K}, {"N", N}});
-  require_decode_rows(caller, B);
-}
-
 /// The plan of a product cut into chunks of `chunk_rows` inputs of K, row tile
 /// `row_tile`, the splits that take the fewest waves x chunks per block
 /// (choose_decode_splits, for `resident_blocks` blocks of the kernel a multiprocessor
@@ -85,7 +79,8 @@ inline void check_plan_shape(const char* caller, int B, int K, int N) {
 inline DecodeMatmulPlan plan_decode_chunks(const char* caller, int B, int K, int N,
                                            int multiprocessors, int resident_blocks, int row_tile,
                                            int chunk_rows) {
-  check_plan_shape(caller, B, K, N);
+  launch_checks::require_positive(caller, {{"B", B}, {"K", K}, {"N", N}});
+  require_decode_rows(caller, B);
   DecodeMatmulPlan plan;
   plan.row_tile = row_tile;
   plan.column_tiles = (N + kTileColumns - 1) / kTileColumns;
