@@ -139,6 +139,9 @@ fi
 extra_configure=()
 [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra_configure+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
 cmake --preset "$preset" "${extra_configure[@]}" >/dev/null
+# A build directory kept from an earlier call recompiles what changed since (the script
+# says why).
+python3 scripts/refresh_source_times.py "build/$preset"
 cmake --build --preset "$preset" --target chapters -j "$(nproc)"
 
 # ---- the chapters
