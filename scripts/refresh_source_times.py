@@ -16,9 +16,10 @@ and tests/ (tests/data included), with what BUILD_DIR/source_hashes.json recorde
 last time, and sets the modification time of each file that changed or is new to now,
 so that the build that follows recompiles exactly what depends on them. Without a
 record (a BUILD_DIR that does not exist yet, or one built before this script ran there)
-it marks nothing and trusts the times this once. Then it writes the record. scripts/gpu_check.sh and scripts/run_ladder.sh run it before they
-build. Prints one line: how many files it marked. Exit 1, with one line, when ROOT holds
-none of those sources or the record cannot be written."""
+it marks nothing and trusts the times this once. Then it writes the record.
+scripts/gpu_check.sh and scripts/run_ladder.sh run it before they build. Prints one
+line: how many files it marked. Exit 1, with one line, when ROOT holds none of those
+sources or the record cannot be written."""
 import hashlib
 import json
 import os
