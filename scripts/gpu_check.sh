@@ -14,7 +14,8 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
 #             (LADDER_SANITIZE_CHAPTERS="07 08" limits it to those), and racecheck on the
 #             decode-matmul and bf16 kernel tests, one test case at a time (cases that run
-#             chapters or a WHILE node's body left out: racecheck ends those processes)
+#             chapters or a WHILE node's body left out: racecheck ends those processes;
+#             the shape sweeps tagged [sweep] too, unless LADDER_SANITIZE_SWEEPS=1)
 #   bench     every chapter on its default workload (B = 32; N = 100, 200, 400)
 #   kernels   the kernel-level GPU tests alone ([kernels], [graphs], [decode_matmul], [bf16];
 #             LADDER_GPU_TAGS="[pdl] [chapter10]" runs those tags instead): quick, before the
@@ -245,7 +246,8 @@ if wants sanitize; then
   # LADDER_SANITIZE_KERNELS=0 skips them (minutes); LADDER_SANITIZE_TAGS="[pdl]" takes
   # those tags instead; LADDER_SANITIZE_TIMEOUT is each case's limit (300 s);
   # LADDER_SANITIZE_FROM=K starts at the K-th case; LADDER_SANITIZE_CASES="7 11" runs
-  # those cases alone (their numbers in the listing, as the logs name them).
+  # those cases alone (their numbers in the listing, as the logs name them);
+  # LADDER_SANITIZE_SWEEPS=1 keeps the cases tagged [sweep] (below).
   if [ "${LADDER_SANITIZE_KERNELS:-1}" != 0 ]; then
     read -ra kernel_tags <<< "${LADDER_SANITIZE_TAGS:-[decode_matmul] [bf16]}"
     limit=${LADDER_SANITIZE_TIMEOUT:-300}
@@ -255,7 +257,18 @@ if wants sanitize; then
     # Cases tagged [chapters] are left out too: they run chapters 09 and 10 as child
     # processes, which racecheck ends with SIGSEGV once a WHILE node's body runs (session
     # 12: all six [chapters][bf16] cases, exit 139); the chapters' own runs above cover them.
-    spec_list=$(printf '%s ~[cupti] ~[chapters],' "${kernel_tags[@]}")
+    # Cases tagged [sweep] run the products on many shapes for the arithmetic's sake: under
+    # racecheck two of them ran past 300 s (session 26, on an H100). The cases "each ...
+    # decode-matmul kernel, full and partial, on each way of summing splits" run every
+    # kernel and summing path those sweeps run, and stay.
+    exclude='~[cupti] ~[chapters] ~[sweep]'
+    [ "${LADDER_SANITIZE_SWEEPS:-0}" = 1 ] && exclude='~[cupti] ~[chapters]'
+    spec_list=$(printf "%s $exclude," "${kernel_tags[@]}")
+    sweeps=0
+    if [ "${LADDER_SANITIZE_SWEEPS:-0}" != 1 ]; then
+      sweep_list=$(printf '%s[sweep] ~[cupti] ~[chapters],' "${kernel_tags[@]}")
+      sweeps=$("$build/tests/gpu_tests" --list-test-names-only "${sweep_list%,}" | grep -vc '^$')
+    fi
     # Cases whose graph runs the kernels in a WHILE node's body (names ending "WhileBody")
     # are left out as well: racecheck ends those processes with SIGSEGV (session 12, all four,
     # 0 hazards reported); their kernels run under racecheck in the stream and graph cases.
@@ -283,13 +296,14 @@ if wants sanitize; then
       # The name as a test spec: a comma, brackets, a backslash, quotes, ~ and * escaped.
       spec=$(printf '%s' "$case_name" | sed 's/[][\\,"~*]/\\&/g')
       # -k: a process that ignores the end of its time (a crash handler stuck) is killed.
+      started=$SECONDS
       limited timeout -k 10 "$limit" compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$build/tests/gpu_tests" --warn NoTests "$spec" > "$log" 2>&1
       status=$?
       if [ $status -eq 0 ] && grep -q '^All tests passed' "$log" &&
          grep -q 'RACECHECK SUMMARY: 0 hazards' "$log"; then
         clean=$((clean + 1))
-        echo "   racecheck $((i + 1))/${#cases[@]} clean: $case_name"
+        echo "   racecheck $((i + 1))/${#cases[@]} clean in $((SECONDS - started)) s: $case_name"
         continue
       fi
       why="exit $status"
@@ -300,7 +314,7 @@ if wants sanitize; then
       [ -n "$signal" ] && why="$why, $signal"
       [ -n "$hazards" ] && [ "$hazards" != 0 ] && why="$why, $hazards hazards"
       failed+=("$case_name ($why; racecheck/$(basename "$log"))")
-      echo "   racecheck $((i + 1))/${#cases[@]} FAILED: ${failed[-1]}"  # seen if the call is cut
+      echo "   racecheck $((i + 1))/${#cases[@]} FAILED after $((SECONDS - started)) s: ${failed[-1]}"  # seen if the call is cut
     done
     failed_list=none
     [ ${#cases[@]} -eq 0 ] && failed_list="none listed (no test case has those tags)"
@@ -308,7 +322,7 @@ if wants sanitize; then
       failed_list=${failed_list%; }
     [ "$from" -gt 1 ] && note "racecheck gpu_tests: cases 1-$((from - 1)) not run (LADDER_SANITIZE_FROM=$from)"
     [ -n "${LADDER_SANITIZE_CASES:-}" ] && note "racecheck gpu_tests: only cases $LADDER_SANITIZE_CASES run (LADDER_SANITIZE_CASES)"
-    note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body cases left out); failed: $failed_list"
+    note "racecheck gpu_tests ${kernel_tags[*]}: $clean of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body and $sweeps [sweep] cases left out); failed: $failed_list"
   fi
 fi
 

@@ -1,7 +1,7 @@
-// tests/gpu/decode_matmul_test_helpers.hpp - what the fp32 and the bf16 LM-head tests
-// share: the epilogues, a stream with its workspace, one launch into poisoned logits and
-// candidates, and the check of the argmax's
-// first pass (the candidates) against the kernel's own logits.
+// tests/gpu/decode_matmul_test_helpers.hpp - what the fp32 and the bf16 decode-matmul tests
+// share: the epilogues, a stream with its workspace, two of them that sum a product's
+// splits each its own way, one LM-head launch into poisoned logits and candidates, and the
+// check of the argmax's first pass (the candidates) against the kernel's own logits.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -26,6 +26,29 @@ constexpr DecodeEpilogue kEpilogues[] = {DecodeEpilogue::kNone, DecodeEpilogue::
 struct DecodeQueue {
   DeviceStream stream;
   DecodeMatmulWorkspace workspace;
+};
+
+/// Two queues for the same products: `clustered` sums a product's splits in a thread-block
+/// cluster where the grid leaves room for one, `plain` always through the workspace. A
+/// test notes each product's plan with saw(splits) and at its end check_every_way()
+/// asserts that its products took all three ways of summing: one split (nothing to sum), a
+/// cluster, the workspace.
+struct SummingWays {
+  SummingWays() { plain.workspace.disable_cluster_splits(); }
+  void saw(int splits) {
+    unsplit = unsplit || splits == 1;
+    split = split || splits > 1;
+  }
+  void check_every_way() const {
+    CHECK(unsplit);
+    CHECK(split);  // and `plain` summed those splits through the workspace
+    CHECK(plain.workspace.cluster_launches() == 0);
+    if (clustered.workspace.cluster_splits() > 0) CHECK(clustered.workspace.cluster_launches() > 0);
+  }
+  DecodeQueue clustered;
+  DecodeQueue plain;
+  bool unsplit = false;
+  bool split = false;
 };
 
 /// What one LM-head launch left: logits [B, V], candidates [B, T].

@@ -171,16 +171,48 @@ void check_products_of_every_shape(DecodePrecision precision) {
     check_products(rng, queue, shape, {1, 3, 8, 9, 17, 33, 64}, precision, tolerance(precision));
 }
 
+/// Each kernel the launcher picks in `precision`, once per row tile full and once with
+/// rows to spare (`batches`), on the three ways a product's splits are summed: none (one
+/// split), in a thread-block cluster, through the workspace. Every epilogue is checked
+/// against the reference. The shapes are c_proj's (12 splits), K = 97 (the 4-byte x path,
+/// a K and an N tail) and K = 1 (one chunk, so one split).
+///
+/// Racecheck needs each code path once, not every shape: the sweeps ([sweep]) vary the
+/// shapes for the arithmetic, and under racecheck one of them runs past 300 s
+/// (scripts/gpu_check.sh, sanitize, leaves them out).
+void check_each_kernel_and_path(DecodePrecision precision, std::initializer_list<int> batches) {
+  LADDER_SEEDED_RNG(rng);
+  test::SummingWays ways;
+  for (const Shape shape : {Shape{768, 768}, Shape{97, 65}, Shape{1, 130}}) {
+    for (const int B : batches)
+      ways.saw(plan_decode_matmul(B, shape.K, shape.N, precision, ways.plain.workspace).splits);
+    check_products(rng, ways.clustered, shape, batches, precision, tolerance(precision));
+    check_products(rng, ways.plain, shape, batches, precision, tolerance(precision));
+  }
+  ways.check_every_way();
+}
+
 // Two test cases, not one with a generator: racecheck runs one test case a process
 // (scripts/gpu_check.sh, sanitize), and both precisions together took it past 260 s.
 TEST_CASE("launch_decode_matmul matches the reference with every epilogue, fp32",
-          "[kernels][decode_matmul]") {
+          "[kernels][decode_matmul][sweep]") {
   check_products_of_every_shape(DecodePrecision::kFp32);
 }
 
 TEST_CASE("launch_decode_matmul matches the reference with every epilogue, tf32",
-          "[kernels][decode_matmul]") {
+          "[kernels][decode_matmul][sweep]") {
   check_products_of_every_shape(DecodePrecision::kTf32);
+}
+
+// Row tiles 2, 8, 16, 32 and 64 in fp32; 16, 32 and 64 in TF32.
+TEST_CASE("each fp32 decode-matmul kernel, full and partial, on each way of summing splits",
+          "[kernels][decode_matmul]") {
+  check_each_kernel_and_path(DecodePrecision::kFp32, {1, 2, 5, 8, 13, 16, 31, 32, 47, 64});
+}
+
+TEST_CASE("each tf32 decode-matmul kernel, full and partial, on each way of summing splits",
+          "[kernels][decode_matmul]") {
+  check_each_kernel_and_path(DecodePrecision::kTf32, {1, 16, 31, 32, 47, 64});
 }
 
 TEST_CASE("launch_decode_matmul handles every B from 1 to 64", "[kernels][decode_matmul]") {
@@ -286,7 +318,7 @@ TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
 }
 
 TEST_CASE("splits summed in a thread-block cluster give the workspace path's bits",
-          "[kernels][decode_matmul]") {
+          "[kernels][decode_matmul][sweep]") {
   LADDER_SEEDED_RNG(rng);
   DecodeQueue clustered;
   DecodeQueue plain;

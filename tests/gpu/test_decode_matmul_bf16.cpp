@@ -117,13 +117,31 @@ void check_products(std::mt19937& rng, DecodeQueue& queue, const Shape shape,
 // ---------------------------------------------------------------- products
 
 TEST_CASE("launch_decode_matmul_bf16 matches the bf16 reference with every epilogue",
-          "[kernels][decode_matmul][bf16]") {
+          "[kernels][decode_matmul][bf16][sweep]") {
   LADDER_SEEDED_RNG(rng);
   DecodeQueue queue;
   // Every row tile (16, 32, 64), full and one row into it, and odd B.
   for (const Shape shape : kGpt2Shapes)
     check_products(rng, queue, shape, {1, 3, 16, 17, 32, 33, 64});
   for (const Shape shape : kOddShapes) check_products(rng, queue, shape, {1, 5, 31, 64});
+}
+
+// Each row tile (16, 32, 64) full and with rows to spare, on the three ways a product's
+// splits are summed: none (K = 1, one chunk), a thread-block cluster, the workspace; the
+// shapes c_proj's, K = 97 (the 2-byte x path, K and N tails) and K = 1. Racecheck needs
+// each code path once; the sweeps ([sweep]) vary the shapes for the arithmetic
+// (scripts/gpu_check.sh, sanitize, leaves them out).
+TEST_CASE("each bf16 decode-matmul kernel, full and partial, on each way of summing splits",
+          "[kernels][decode_matmul][bf16]") {
+  LADDER_SEEDED_RNG(rng);
+  test::SummingWays ways;
+  for (const Shape shape : {Shape{768, 768}, Shape{97, 65}, Shape{1, 130}}) {
+    for (const int B : {1, 16, 31, 32, 47, 64})
+      ways.saw(plan_decode_matmul_bf16(B, shape.K, shape.N, ways.plain.workspace).splits);
+    check_products(rng, ways.clustered, shape, {1, 16, 31, 32, 47, 64});
+    check_products(rng, ways.plain, shape, {1, 16, 31, 32, 47, 64});
+  }
+  ways.check_every_way();
 }
 
 TEST_CASE("launch_decode_matmul_bf16 handles every B from 1 to 64",
@@ -171,7 +189,7 @@ TEST_CASE("bf16 decode matmuls repeat bit for bit, split or not",
 }
 
 TEST_CASE("bf16 splits summed in a thread-block cluster give the workspace path's bits",
-          "[kernels][decode_matmul][bf16]") {
+          "[kernels][decode_matmul][bf16][sweep]") {
   LADDER_SEEDED_RNG(rng);
   DecodeQueue clustered;
   DecodeQueue plain;

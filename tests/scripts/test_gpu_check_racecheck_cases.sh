@@ -12,7 +12,8 @@
 # that crashes, one that hangs past the limit, one with hazards. Checked: every case ran
 # once, by its own name; the summary counts the others clean and names those three; with
 # LADDER_SANITIZE_KERNELS=0 nothing runs; a case tagged [cupti] or [chapters], or one whose
-# name ends "WhileBody", is never racechecked (the summary counts the WHILE-body ones).
+# name ends "WhileBody", is never racechecked (the summary counts the WHILE-body ones); a
+# case tagged [sweep] only with LADDER_SANITIZE_SWEEPS=1 (the summary counts those left out).
 set -euo pipefail
 preset=${1:?usage: test_gpu_check_racecheck_cases.sh PRESET}
 # shellcheck source=tests/scripts/stand_ins.sh
@@ -23,8 +24,10 @@ list_all() {  # TEST-SPEC: the names it selects (listing exits with their number
   { "$gpu_tests" --list-test-names-only "$1" || true; } | grep -v '^$' || true
 }
 list_cases() { list_all "$1" | grep -v 'WhileBody$' || true; }  # less those ending "WhileBody"
-kernel_spec="[decode_matmul] ~[cupti] ~[chapters],[bf16] ~[cupti] ~[chapters]"
+kernel_spec="[decode_matmul] ~[cupti] ~[chapters] ~[sweep],[bf16] ~[cupti] ~[chapters] ~[sweep]"
 mapfile -t cases < <(list_cases "$kernel_spec")
+mapfile -t sweep_cases < <(list_cases "[decode_matmul][sweep] ~[cupti] ~[chapters],[bf16][sweep] ~[cupti] ~[chapters]")
+[ ${#sweep_cases[@]} -ge 1 ] || { echo "FAILED: gpu_tests lists no [sweep] case"; exit 1; }
 [ ${#cases[@]} -ge 3 ] || { echo "FAILED: gpu_tests lists ${#cases[@]} cases"; exit 1; }
 while_body=$(list_all "$kernel_spec" | grep -c 'WhileBody$' || true)
 chapters_case=$(list_all "[bf16][chapters]" | head -1)
@@ -66,12 +69,19 @@ ran=$(sort "$work/ran.txt")
 [ "$ran" = "$(printf '%s\n' "${cases[@]}" | sort)" ] ||
   fail "not every case ran once by its own name: $(diff <(echo "$ran") <(printf '%s\n' "${cases[@]}" | sort))"
 case "$line" in
-  *": $(( ${#cases[@]} - 3 )) of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body cases left out); failed: "*) ;;
+  *": $(( ${#cases[@]} - 3 )) of ${#cases[@]} test cases racecheck-clean ($while_body WHILE-body and ${#sweep_cases[@]} [sweep] cases left out); failed: "*) ;;
   *) fail "the summary does not count ${#cases[@]} cases, 3 failed: $line" ;;
 esac
 for expected in "$crash (exit 1, SIGSEGV" "$hang (no end within 2 s" "$hazards (exit 9, 2 hazards"; do
   [[ "$line" == *"$expected"* ]] || fail "the summary does not name '$expected': $line"
 done
+
+# With LADDER_SANITIZE_SWEEPS=1 the [sweep] cases run as well, each once.
+run_sanitize LADDER_SANITIZE_SWEEPS=1
+[ "$(sort "$work/ran.txt")" = "$(printf '%s\n' "${cases[@]}" "${sweep_cases[@]}" | sort)" ] ||
+  fail "LADDER_SANITIZE_SWEEPS=1 did not run every case and every [sweep] case once"
+[[ "$line" == *"(${while_body} WHILE-body and 0 [sweep] cases left out)"* ]] ||
+  fail "with LADDER_SANITIZE_SWEEPS=1 the summary does not count 0 [sweep] cases left out: $line"
 
 run_sanitize LADDER_SANITIZE_KERNELS=0
 [ -z "$line" ] && [ ! -s "$work/ran.txt" ] ||
@@ -86,5 +96,5 @@ run_sanitize "LADDER_SANITIZE_TAGS=[graphs]"
 [ "$(sort "$work/ran.txt")" = "$(printf '%s\n' "${graph_cases[@]}" | sort)" ] ||
   fail "LADDER_SANITIZE_TAGS=[graphs] did not run exactly the [graphs] cases but '$cupti_case'"
 
-[ $failures -eq 0 ] && echo "passed: ${#cases[@]} cases racechecked one at a time, 3 failures named; [cupti], [chapters] and $while_body WHILE-body cases left out"
+[ $failures -eq 0 ] && echo "passed: ${#cases[@]} cases racechecked one at a time, 3 failures named; [cupti], [chapters], ${#sweep_cases[@]} [sweep] and $while_body WHILE-body cases left out"
 exit $((failures > 0))
