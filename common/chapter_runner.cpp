@@ -291,11 +291,39 @@ void write_outputs(const Plan& plan, const ReportHeader& header,
 /// just before each of them, the gap between two steps.
 constexpr const char* kStepOpeningKernel = "embedding";
 
+/// --step-timeline: the kernels of the middle step that `activity` holds (a decode step
+/// wherever the run generated two tokens or more), as step_timeline gives them.
+void print_step_timeline(const GpuActivitySummary& activity, int batch, int new_tokens) {
+  const auto steps = std::count_if(
+      activity.kernel_runs.begin(), activity.kernel_runs.end(), [](const KernelRun& kernel) {
+        return kernel.name.find(kStepOpeningKernel) != std::string::npos;
+      });
+  const int step = static_cast<int>(steps / 2);
+  const std::vector<TimelineRow> rows =
+      step_timeline(activity.kernel_runs, kStepOpeningKernel, step);
+  if (rows.empty()) {
+    std::printf("batch %d, %d new tokens: the trace holds no step to show\n", batch, new_tokens);
+    return;
+  }
+  double span_us = 0;
+  for (const TimelineRow& kernel : rows) span_us += kernel.adds_us;
+  std::printf(
+      "batch %d, %d new tokens: step %d of the %lld traced (the prefill first), %zu kernels, "
+      "%.1f us from the first one's start to the last one's end; each kernel from its start "
+      "to its end, and the time its end adds past the kernels that started before it:\n",
+      batch, new_tokens, step + 1, static_cast<long long>(steps), rows.size(), span_us);
+  std::printf("  %8s %8s %8s %8s  kernel\n", "start us", "end us", "took us", "adds us");
+  for (const TimelineRow& kernel : rows)
+    std::printf("  %8.1f %8.1f %8.1f %8.1f  %s\n", kernel.start_us, kernel.end_us, kernel.took_us,
+                kernel.adds_us, kernel.name.c_str());
+}
+
 /// One more run, untimed, with CUPTI recording what the GPU ran and when: launches,
-/// copies and idle time per step, and with `print_kernels` the kernels that took the
-/// most GPU time. Leaves the columns empty (negative) when CUPTI is held by a tool.
+/// copies and idle time per step; with `print_kernels` the kernels that took the most GPU
+/// time, with `print_timeline` one step's kernels as they ran (print_step_timeline).
+/// Leaves the columns empty (negative) when CUPTI is held by a tool.
 void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens, bool print_kernels,
-                   BenchmarkRow& row) {
+                   bool print_timeline, BenchmarkRow& row) {
   NvtxRange range("traced run");
   std::optional<GpuActivityTrace> trace;
   try {
@@ -312,6 +340,7 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   const GenerationOutput traced = decoder.generate(prompts, new_tokens, no_logits);
   const GpuActivitySummary activity = trace->collect();
   fill_traced_columns(activity, traced, row);
+  if (print_timeline) print_step_timeline(activity, prompts.batch, new_tokens);
   if (!print_kernels) return;
   const double steps = std::max(traced.launched_steps(), 1);
   std::printf(
@@ -401,7 +430,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   // no timed run may follow one.
   for (BenchmarkRow& row : rows)
     trace_one_run(*decoder, make_prompts(plan, row.batch), row.new_tokens, options.kernel_profile,
-                  row);
+                  options.step_timeline, row);
 
   write_outputs(plan, header, rows, last_output);
   return kExitSuccess;
@@ -448,9 +477,10 @@ int run_on_host(int argc, char** argv, const ChapterInfo& chapter,
     throw std::invalid_argument("--tf32: " + program +
                                 " runs on the host in fp32 with double sums; TF32 is a GPU "
                                 "tensor-core mode");
-  if (options.kernel_profile)
-    throw std::invalid_argument("--kernel-profile: " + program +
-                                " runs on the host and launches no kernels");
+  if (options.kernel_profile || options.step_timeline)
+    throw std::invalid_argument(
+        std::string(options.kernel_profile ? "--kernel-profile: " : "--step-timeline: ") + program +
+        " runs on the host and launches no kernels");
 
   const Gpt2Weights random_weights =
       plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, options.seed);

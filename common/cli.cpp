@@ -96,6 +96,8 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
       options.print_text = true;
     } else if (flag == "--kernel-profile") {
       options.kernel_profile = true;
+    } else if (flag == "--step-timeline") {
+      options.step_timeline = true;
     } else if (flag == "--quiet") {
       options.quiet = true;
     } else {
@@ -146,6 +148,9 @@ output
   --print-text              print row 0's generated text (needs a tokenizer)
   --kernel-profile          before the table, the kernels that took the GPU's time
                             (from the untimed CUPTI-traced run)
+  --step-timeline           before the table, the kernels of the traced run's middle
+                            step in the order they started: when each started and
+                            ended, and what it added to the step
   --quiet                   print only the table
 
 exit codes

@@ -44,6 +44,7 @@ struct RunOptions {
   bool print_text = false;          ///< decode and print row 0's text
   bool quiet = false;               ///< only the table
   bool kernel_profile = false;      ///< print the kernels that take the GPU's time
+  bool step_timeline = false;       ///< print one decode step's kernels as they ran
   bool help = false;
 };
 

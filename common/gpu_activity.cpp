@@ -43,6 +43,7 @@ struct RecordSink {
   std::vector<ActivityInterval> intervals;
   std::uint64_t kernels = 0, copies = 0, memsets = 0, graph_launches = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
+  std::vector<KernelRun> kernel_runs;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> api_time;     // count, ns
   bool active = false;
@@ -106,6 +107,7 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
         const bool opens_step =
             !records.step_marker.empty() && name.find(records.step_marker) != std::string::npos;
         records.intervals.push_back({kernel->start, kernel->end, opens_step});
+        records.kernel_runs.push_back({name, kernel->start, kernel->end});
         ++records.kernels;
         auto& [count, nanoseconds] = records.kernel_time[name];
         ++count;
@@ -182,6 +184,36 @@ ActivityTimeline summarize_timeline(std::vector<ActivityInterval> intervals) {
   return timeline;
 }
 
+std::vector<TimelineRow> step_timeline(std::vector<KernelRun> kernels,
+                                       const std::string& step_marker, int step) {
+  if (step_marker.empty() || step < 0) return {};
+  std::stable_sort(kernels.begin(), kernels.end(),
+                   [](const KernelRun& a, const KernelRun& b) { return a.start < b.start; });
+  const auto opens_step = [&](const KernelRun& kernel) {
+    return kernel.name.find(step_marker) != std::string::npos;
+  };
+  auto first = kernels.begin();
+  for (int opened = -1; first != kernels.end(); ++first) {
+    if (opens_step(*first) && ++opened == step) break;
+  }
+  if (first == kernels.end()) return {};
+  const auto last = std::find_if(first + 1, kernels.end(), opens_step);
+  const std::uint64_t origin = first->start;
+  const auto microseconds = [](std::uint64_t nanoseconds) {
+    return static_cast<double>(nanoseconds) * 1e-3;
+  };
+  std::vector<TimelineRow> rows;
+  std::uint64_t latest_end = origin;
+  for (auto kernel = first; kernel != last; ++kernel) {
+    const std::uint64_t added = kernel->end > latest_end ? kernel->end - latest_end : 0;
+    latest_end = std::max(latest_end, kernel->end);
+    rows.push_back({kernel->name, microseconds(kernel->start - origin),
+                    microseconds(kernel->end - origin), microseconds(kernel->end - kernel->start),
+                    microseconds(added)});
+  }
+  return rows;
+}
+
 std::string call_name_without_version(std::string name) {
   // CUPTI names runtime calls with the version that introduced them: "_v" and digits.
   const std::size_t version = name.rfind("_v");
@@ -213,6 +245,7 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     records.host_calls.clear();
     records.kernels = records.copies = records.memsets = records.graph_launches = 0;
     records.kernel_time.clear();
+    records.kernel_runs.clear();
     records.api_time.clear();
     records.active = true;
   }
@@ -258,6 +291,7 @@ GpuActivitySummary GpuActivityTrace::collect() {
                                       waits_for_the_gpu(name)});
   std::sort(summary.api_call_times.begin(), summary.api_call_times.end(),
             [](const ApiCallTime& a, const ApiCallTime& b) { return a.seconds > b.seconds; });
+  summary.kernel_runs = records.kernel_runs;
   summary.host_api_seconds = union_seconds(records.host_calls);
   summary.timeline = summarize_timeline(records.intervals);
   return summary;

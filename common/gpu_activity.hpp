@@ -58,6 +58,32 @@ std::string call_name_without_version(std::string name);
 /// allowed): the host time covered by API calls, nested or not.
 double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> intervals);
 
+/// One kernel as it ran: its name and [start, end) on the GPU's clock, in ns.
+struct KernelRun {
+  std::string name;
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+};
+
+/// One kernel of a step's timeline, in µs from the start of the step's first kernel. A
+/// kernel launched as a programmatic dependent starts before the kernel it waits for ends,
+/// so its `took` includes that wait; `adds` is how far its end lies past the latest end of
+/// the step's kernels that started before it (0 when it ends within their time): what it
+/// added to the step. The `adds` of a step sum to its span, first start to last end.
+struct TimelineRow {
+  std::string name;
+  double start_us = 0;
+  double end_us = 0;
+  double took_us = 0;
+  double adds_us = 0;
+};
+
+/// The kernels from the `step`-th (0-based) kernel whose name contains `step_marker` to
+/// the next such kernel (or the last kernel), in order of start, as TimelineRows; empty
+/// when there are not that many steps. Pure arithmetic, tested without a GPU.
+std::vector<TimelineRow> step_timeline(std::vector<KernelRun> kernels,
+                                       const std::string& step_marker, int step);
+
 struct GpuActivitySummary {
   std::uint64_t kernels = 0;         ///< kernel launches that ran, those inside graphs included
   std::uint64_t graph_launches = 0;  ///< cudaGraphLaunch calls (each runs many kernels)
@@ -71,6 +97,7 @@ struct GpuActivitySummary {
   /// (synchronizations, memory copies): what enqueueing the work cost the host.
   double host_api_seconds = 0;
   std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
+  std::vector<KernelRun> kernel_runs;    ///< every kernel that ran, in no particular order
   /// Per runtime and driver call name, most host time first, the waiting calls included:
   /// which calls host_api_seconds is made of.
   std::vector<ApiCallTime> api_call_times;

@@ -152,7 +152,7 @@ TEST_CASE("chapter 00 runs where no GPU is visible and prints '-' for what it ca
 }
 
 TEST_CASE("chapter 00 refuses what the CPU reference has no use for", "[cpu_reference_chapter]") {
-  for (const char* flag : {"--tf32", "--kernel-profile"}) {
+  for (const char* flag : {"--tf32", "--kernel-profile", "--step-timeline"}) {
     const auto result = ladder::testing::run_chapter_process(kHostChapter, {flag});
     INFO(flag << ": " << result.output);
     CHECK(result.exit_code == 2);

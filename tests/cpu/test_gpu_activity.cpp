@@ -1,9 +1,10 @@
 // tests/cpu/test_gpu_activity.cpp - the timeline arithmetic behind the traced columns
-// (busy and idle time, the idle time between steps, host time inside API calls), on
-// hand-made intervals: no GPU and no CUPTI needed.
+// (busy and idle time, the idle time between steps, host time inside API calls) and
+// behind --step-timeline, on hand-made intervals: no GPU and no CUPTI needed.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -102,4 +103,43 @@ TEST_CASE("a CUDA call's name loses CUPTI's version suffix, and nothing else", "
   CHECK(ladder::call_name_without_version("cudaFoo_v") == "cudaFoo_v");        // no digits
   CHECK(ladder::call_name_without_version("cuda_v1x") == "cuda_v1x");          // not only digits
   CHECK(ladder::call_name_without_version("").empty());
+}
+
+TEST_CASE("a step's timeline runs from its opening kernel to the next, in order of start",
+          "[gpu activity]") {
+  // Three steps, each opened by an "embedding" kernel, delivered out of order. Step 1
+  // (0-based) opens at 1000 ns: a product [1100, 1400); a programmatic dependent that
+  // starts at 1300, while the product runs, and ends at 1600; a kernel [1450, 1550) that
+  // ends within the dependent's time. Step 2 opens at 2000.
+  const std::vector<ladder::KernelRun> kernels = {
+      {"argmax", 1450, 1550},          {"embedding_kernel", 2000, 2100}, {"matmul", 1100, 1400},
+      {"embedding_kernel", 0, 100},    {"layernorm", 1300, 1600},        {"matmul", 200, 300},
+      {"embedding_kernel", 1000, 1050}};
+  const std::vector<ladder::TimelineRow> rows = ladder::step_timeline(kernels, "embedding", 1);
+  REQUIRE(rows.size() == 4);
+  const std::string names[] = {"embedding_kernel", "matmul", "layernorm", "argmax"};
+  const double starts[] = {0.0, 0.1, 0.3, 0.45};  // µs after 1000 ns
+  const double ends[] = {0.05, 0.4, 0.6, 0.55};
+  // Each end past the latest end before it: 50 ns, 1400 - 1050, 1600 - 1400, 0.
+  const double adds[] = {0.05, 0.35, 0.2, 0.0};
+  double span = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rows[i].name == names[i]);
+    CHECK(rows[i].start_us == Approx(starts[i]));
+    CHECK(rows[i].end_us == Approx(ends[i]));
+    CHECK(rows[i].took_us == Approx(ends[i] - starts[i]));
+    CHECK(rows[i].adds_us == Approx(adds[i]).margin(1e-12));
+    span += rows[i].adds_us;
+  }
+  CHECK(span == Approx(0.6));  // first start to last end: the adds sum to the step's span
+
+  // The last step runs to the last kernel; past it, and without a marker, nothing.
+  const std::vector<ladder::TimelineRow> last = ladder::step_timeline(kernels, "embedding", 2);
+  REQUIRE(last.size() == 1);
+  CHECK(last[0].took_us == Approx(0.1));
+  CHECK(ladder::step_timeline(kernels, "embedding", 3).empty());
+  CHECK(ladder::step_timeline(kernels, "embedding", -1).empty());
+  CHECK(ladder::step_timeline(kernels, "", 0).empty());
+  CHECK(ladder::step_timeline({}, "embedding", 0).empty());
 }
