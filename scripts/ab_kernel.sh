@@ -14,6 +14,11 @@
 #   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product)
 #   each chapter                --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
 #                               (default "1 32"), with --json
+#   with LADDER_AB_TIMELINE="64" (B values; default none), each chapter also at those B
+#                               with --new-tokens 20 --runs 1 --step-timeline: one traced
+#                               step's kernels in order, each with what its end adds to
+#                               the step (ab/V.rR.CH.bB.timeline.txt; ab_ratios.py sets
+#                               the variants' side by side)
 # so a difference between variants is read within one machine and one round, and the
 # rounds say how far one process differs from the next. Everything lands in
 # $OUT/ab.tar.gz (or ./ab_out); a short summary is printed last: per variant and round the
@@ -39,6 +44,10 @@ for patch in "${given[@]}"; do
 done
 rounds=${LADDER_AB_ROUNDS:-2}
 batches=${LADDER_AB_BATCHES:-1 32}
+timeline_batches=${LADDER_AB_TIMELINE:-}
+for b in $batches $timeline_batches; do
+  [[ "$b" =~ ^[0-9]+$ ]] || { echo "ab_kernel.sh: '$b' is not a batch size (LADDER_AB_BATCHES, LADDER_AB_TIMELINE)" >&2; exit 2; }
+done
 read -ra entries <<< "${LADDER_AB_CHAPTERS:-09_decode_matmuls}"
 chapters=()  # the targets to build, each once
 for entry in "${entries[@]}"; do
@@ -102,6 +111,13 @@ for round in $(seq 1 "$rounds"); do
         if ! timeout 300 "$bin/chapters/$chapter" "${flags[@]}" --batch "$b" --new-tokens 100 \
             --runs 5 --json "$run.json" > "$run.txt" 2>&1; then
           echo "== variant $v round $round: $chapter ${flags[*]} at B = $b FAILED"; failed=1
+        fi
+      done
+      for b in $timeline_batches; do
+        run=$out/ab/$v.r$round.$key.b$b.timeline.txt
+        if ! timeout 300 "$bin/chapters/$chapter" "${flags[@]}" --batch "$b" --new-tokens 20 \
+            --runs 1 --step-timeline --quiet > "$run" 2>&1; then
+          echo "== variant $v round $round: $chapter ${flags[*]} --step-timeline at B = $b FAILED"; failed=1
         fi
       done
     done

@@ -13,8 +13,9 @@
 # none having built anything; two variants give the summary's rows a 1, b 1, a 2, b 2 in
 # that order, each with its own figure; two chapters give each its columns; a chapter
 # listed plain and with a flag (09_decode_matmuls:tf32) is built once and gives two sets
-# of columns, which ab_ratios.py reads as "09" and "09 --tf32"; a program that fails is
-# named and the script exits 1.
+# of columns, which ab_ratios.py reads as "09" and "09 --tf32"; with LADDER_AB_TIMELINE
+# each variant's step timeline is kept and ab_ratios.py reads it, and a batch there that
+# is not a number exits 2; a program that fails is named and the script exits 1.
 set -euo pipefail
 # shellcheck source=tests/scripts/stand_ins.sh
 source "$(dirname "$0")/stand_ins.sh"
@@ -49,6 +50,12 @@ for target in "$@"; do
 #!/usr/bin/env python3
 import json, sys
 a = sys.argv
+if "--step-timeline" in a:  # one step's kernels as the chapters print them
+    print("batch %s, 20 new tokens: step 11 of the 21 traced, 2 kernels, 5.0 us:" % a[a.index("--batch") + 1])
+    print("  start us   end us  took us  adds us  kernel")
+    print("       0.0      2.0      2.0      2.0  embedding_kernel")
+    print("       1.0      5.0      4.0      3.0  decode_matmul<64>")
+    sys.exit(0)
 batch, out = int(a[a.index("--batch") + 1]), a[a.index("--json") + 1]
 scale = 2000 if "--tf32" in a else 1000  # a flagged run: its own figures
 json.dump({"configurations": [{"ms_per_step": batch / scale, "token_hash": "feedc0de"}]}, open(out, "w"))
@@ -141,6 +148,23 @@ python3 "$repository/scripts/ab_ratios.py" "$work/out.flag/ab.tar.gz" > "$work/r
   fail "ab_ratios.py cannot read a flagged run's archive"
 grep -qF '| 09 --tf32, B = 32 | 0.0160 | 1.000 |' "$work/ratios.flag" ||
   fail "ab_ratios.py: the flagged run's row: $(cat "$work/ratios.flag")"
+# LADDER_AB_TIMELINE: each variant's step timeline kept, and set side by side by ab_ratios.py.
+LADDER_AB_CHAPTERS="09_decode_matmuls:tf32" LADDER_AB_ROUNDS=1 LADDER_AB_TIMELINE=64 \
+  run timeline "$work/adds_a_line.patch" || fail "timeline: exit $? ($(tail -3 "$work/log.timeline"))"
+tar -tzf "$work/out.timeline/ab.tar.gz" > "$work/listing.timeline"
+for v in a b; do
+  grep -qx "ab/$v.r1.09-tf32.b64.timeline.txt" "$work/listing.timeline" ||
+    fail "timeline: no ab/$v.r1.09-tf32.b64.timeline.txt in $(tr '\n' ' ' < "$work/listing.timeline")"
+done
+python3 "$repository/scripts/ab_ratios.py" "$work/out.timeline/ab.tar.gz" > "$work/ratios.timeline" ||
+  fail "ab_ratios.py cannot read an archive with timelines"
+grep -qF '| `decode_matmul<64>` | 3.0 | +0.0 |' "$work/ratios.timeline" ||
+  fail "ab_ratios.py: the timelines' table: $(cat "$work/ratios.timeline")"
+set +e
+LADDER_AB_TIMELINE="64 x" run badtimeline "$work/adds_a_line.patch"; code=$?
+set -e
+[ "$code" -eq 2 ] || fail "LADDER_AB_TIMELINE with a word in it: exit $code, expected 2"
+
 set +e
 LADDER_AB_CHAPTERS="09_decode_matmuls:--tf32" run badflag "$work/adds_a_line.patch"; code=$?
 set -e

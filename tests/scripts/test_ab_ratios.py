@@ -4,7 +4,9 @@ ab_kernel.sh archive and prints every variant's ms a step over variant a's in th
 round, then from the bench outputs in it each product's µs per variant and round, with
 the plans that differ from a's; the same chapters' table from the summary ab_kernel.sh
 prints when its archive did not come back; a chapter run with a flag ("09 --tf32") from
-either; an archive without them is refused with one line and a non-zero exit.
+either; the step timelines (LADDER_AB_TIMELINE) per kernel name and position, a step's
+layers folded, and per name alone where the variants ran other kernels; an archive without them is refused with
+one line and a non-zero exit.
 
     python3 tests/scripts/test_ab_ratios.py
 
@@ -106,6 +108,68 @@ with tempfile.TemporaryDirectory() as work:
     result = ab_ratios(flagged_console)
     expect(result.stdout.splitlines() == flagged_rows, f"flagged console: {result.stdout!r}")
 
+    # Step timelines (LADDER_AB_TIMELINE="64"): ab/V.rR.09-tf32.b64.timeline.txt as the
+    # chapter prints them; b's first product ends 4 µs later and its second 1 µs later.
+    def timeline(first, second, kernels=("embedding_kernel", "decode_matmul<64>", "layernorm",
+                                         "decode_matmul<64>"), adds=None):
+        adds = adds or dict(zip(range(4), (3.0, first, 2.0, second)))
+        lines = ["batch 64, 20 new tokens: step 11 of the 21 traced (the prefill first), "
+                 f"{len(kernels)} kernels, ...:", "  start us   end us  took us  adds us  kernel"]
+        end = 0.0
+        for i, kernel in enumerate(kernels):
+            lines.append(f"  {end:8.1f} {end + adds[i]:8.1f} {adds[i]:8.1f} {adds[i]:8.1f}  {kernel}")
+            end += adds[i]
+        return "\n".join(lines + ["", "  batch  new tokens  ... (the table)"]) + "\n"
+
+    timelines = Path(work) / "timelines.tar.gz"
+    with tarfile.open(timelines, "w:gz") as archive:
+        for (variant, round_), first, second in ((("a", 1), 10.0, 8.0), (("a", 2), 10.0, 8.0),
+                                                 (("b", 1), 14.0, 9.0), (("b", 2), 14.0, 9.0)):
+            add(archive, f"ab/{variant}.r{round_}.09-tf32.b64.json",
+                json.dumps({"configurations": [{"ms_per_step": (first + second) / 1000}]}))
+            add(archive, f"ab/{variant}.r{round_}.09-tf32.b64.timeline.txt", timeline(first, second))
+    result = ab_ratios(timelines)
+    expect(result.returncode == 0, f"timelines: exit {result.returncode}: {result.stderr}")
+    section = result.stdout.split("## 09 --tf32, B = 64: one step's kernels (--step-timeline)\n")
+    expect(len(section) == 2, f"timelines: no section for 09 --tf32 at B = 64: {result.stdout!r}")
+    section = section[1]
+    for line in ("- a: 4 kernels, the step's span 23.0 / 23.0 µs (rounds 1 / 2)",
+                 "- b: 4 kernels, the step's span 28.0 / 28.0 µs (rounds 1 / 2)",
+                 "| `embedding_kernel` | 3.0 | +0.0 |", "| `decode_matmul<64>` | 18.0 | +5.0 |",
+                 "| `layernorm` | 2.0 | +0.0 |", "| 2 | `decode_matmul<64>` | 10.0 | +4.0 |",
+                 "| 4 | `decode_matmul<64>` | 8.0 | +1.0 |"):
+        expect(line in section.splitlines(), f"timelines: no line {line!r} in {section!r}")
+    # Other kernels in b (one missing): totals per name, no positions.
+    with tarfile.open(timelines, "w:gz") as archive:
+        for variant, kernels in (("a", ("embedding_kernel", "decode_matmul<64>", "layernorm",
+                                        "decode_matmul<64>")),
+                                 ("b", ("embedding_kernel", "decode_matmul<64>", "decode_matmul<64>"))):
+            add(archive, f"ab/{variant}.r1.09.b64.json",
+                json.dumps({"configurations": [{"ms_per_step": 0.02}]}))
+            add(archive, f"ab/{variant}.r1.09.b64.timeline.txt", timeline(10.0, 8.0, kernels))
+    result = ab_ratios(timelines)
+    expect("| `layernorm` | 2.0 | -2.0 |" in result.stdout.splitlines()
+           and "The variants ran different kernels or in another order: no positions."
+           in result.stdout and "| position |" not in result.stdout,
+           f"timelines of other kernels: {result.stdout!r}")
+
+    # A step of layers: an opening kernel, three layers of (layernorm, matmul), one kernel
+    # after. b's matmuls each add 1 µs more: the fold sums them, 3 µs at "layer + 2".
+    layered = ("embedding_kernel",) + ("layernorm", "decode_matmul<64>") * 3 + ("argmax",)
+    with tarfile.open(timelines, "w:gz") as archive:
+        for variant, extra in (("a", 0.0), ("b", 1.0)):
+            adds = {i: (2.0 + extra if kernel == "decode_matmul<64>" else 1.0)
+                    for i, kernel in enumerate(layered)}
+            add(archive, f"ab/{variant}.r1.09.b8.json",
+                json.dumps({"configurations": [{"ms_per_step": 0.01}]}))
+            add(archive, f"ab/{variant}.r1.09.b8.timeline.txt", timeline(0, 0, layered, adds))
+    result = ab_ratios(timelines)
+    for line in ("Per position, kernels 2-7 folded: 3 layers of 2 kernels, each position summed "
+                 "over them:", "| 1 | `embedding_kernel` | 1.0 | +0.0 |",
+                 "| layer + 1 | `layernorm` | 3.0 | +0.0 |",
+                 "| layer + 2 | `decode_matmul<64>` | 6.0 | +3.0 |", "| 8 | `argmax` | 1.0 | +0.0 |"):
+        expect(line in result.stdout.splitlines(), f"layers folded: no line {line!r} in {result.stdout!r}")
+
     empty = Path(work) / "empty.tar.gz"
     with tarfile.open(empty, "w:gz") as archive:
         add(archive, "ab/a.r1.decode_matmul.txt", "no JSON here")
@@ -113,4 +177,5 @@ with tempfile.TemporaryDirectory() as work:
     expect(result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1,
            f"an archive without results: exit {result.returncode}, {result.stderr!r}")
 print("test_ab_ratios: ratios per round read from the archive and from the console, the "
-      "products' times from the bench outputs; an empty archive refused")
+      "products' times from the bench outputs, the step timelines side by side; an empty "
+      "archive refused")
