@@ -327,7 +327,7 @@ void trace_one_run(Decoder& decoder, const PromptBatch& prompts, int new_tokens,
   NvtxRange range("traced run");
   std::optional<GpuActivityTrace> trace;
   try {
-    trace.emplace(kStepOpeningKernel);
+    trace.emplace(kStepOpeningKernel, /*keep_kernel_runs=*/print_timeline);
   } catch (const CudaError& error) {
     std::fprintf(stderr, "note: no GPU activity trace (%s); its columns stay empty\n",
                  error.what());

@@ -43,6 +43,7 @@ struct RecordSink {
   std::vector<ActivityInterval> intervals;
   std::uint64_t kernels = 0, copies = 0, memsets = 0, graph_launches = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> kernel_time;  // count, ns
+  bool keep_kernel_runs = false;
   std::vector<KernelRun> kernel_runs;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> host_calls;             // [start, end) ns
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> api_time;     // count, ns
@@ -107,7 +108,8 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
         const bool opens_step =
             !records.step_marker.empty() && name.find(records.step_marker) != std::string::npos;
         records.intervals.push_back({kernel->start, kernel->end, opens_step});
-        records.kernel_runs.push_back({name, kernel->start, kernel->end});
+        if (records.keep_kernel_runs)
+          records.kernel_runs.push_back({name, kernel->start, kernel->end});
         ++records.kernels;
         auto& [count, nanoseconds] = records.kernel_time[name];
         ++count;
@@ -235,7 +237,7 @@ double union_seconds(std::vector<std::pair<std::uint64_t, std::uint64_t>> interv
   return static_cast<double>(total) * 1e-9;
 }
 
-GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
+GpuActivityTrace::GpuActivityTrace(std::string step_marker, bool keep_kernel_runs) {
   RecordSink& records = sink();
   {
     std::lock_guard<std::mutex> lock(records.mutex);
@@ -245,6 +247,7 @@ GpuActivityTrace::GpuActivityTrace(std::string step_marker) {
     records.host_calls.clear();
     records.kernels = records.copies = records.memsets = records.graph_launches = 0;
     records.kernel_time.clear();
+    records.keep_kernel_runs = keep_kernel_runs;
     records.kernel_runs.clear();
     records.api_time.clear();
     records.active = true;

@@ -97,7 +97,7 @@ struct GpuActivitySummary {
   /// (synchronizations, memory copies): what enqueueing the work cost the host.
   double host_api_seconds = 0;
   std::vector<KernelTime> kernel_times;  ///< per kernel name, most GPU time first
-  std::vector<KernelRun> kernel_runs;    ///< every kernel that ran, in no particular order
+  std::vector<KernelRun> kernel_runs;    ///< each kernel that ran, in no order (if asked to keep)
   /// Per runtime and driver call name, most host time first, the waiting calls included:
   /// which calls host_api_seconds is made of.
   std::vector<ApiCallTime> api_call_times;
@@ -109,9 +109,11 @@ class GpuActivityTrace {
  public:
   /// `step_marker`: a part of the name of the kernel that opens every step (the
   /// chapters' steps all begin with the token embedding); empty for none.
+  /// With `keep_kernel_runs` every kernel's name and times are kept for
+  /// GpuActivitySummary::kernel_runs (--step-timeline); otherwise it stays empty.
   /// Throws CudaError when CUPTI cannot trace, e.g. when compute-sanitizer, Nsight
   /// Compute or Nsight Systems already holds it; a later trace may then be tried again.
-  explicit GpuActivityTrace(std::string step_marker = "");
+  explicit GpuActivityTrace(std::string step_marker = "", bool keep_kernel_runs = false);
   ~GpuActivityTrace();
   GpuActivityTrace(const GpuActivityTrace&) = delete;
   GpuActivityTrace& operator=(const GpuActivityTrace&) = delete;
