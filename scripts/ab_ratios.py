@@ -110,17 +110,20 @@ def is_console(path):
     return path.is_file() and not tarfile.is_tarfile(path)
 
 
-def read_benches(source):
-    """{(variant, round): read_bench(...)} from an archive or folder (none from a console)."""
+def matching_files(source, suffix, pattern):
+    """[(match, text)] of the files in the archive or folder `source` ending in `suffix`
+    whose names `pattern` matches; none from a console."""
     path = Path(source)
     if is_console(path):
-        return {}
-    benches = {}
-    for name, text in files_in(path, ".txt"):
-        match = BENCH_NAME.search(name)
-        if match:
-            benches[(match.group(1), int(match.group(2)))] = read_bench(text)
-    return benches
+        return []
+    return [(match, text) for name, text in files_in(path, suffix)
+            if (match := pattern.search(name))]
+
+
+def read_benches(source):
+    """{(variant, round): read_bench(...)} from an archive or folder (none from a console)."""
+    return {(match.group(1), int(match.group(2))): read_bench(text)
+            for match, text in matching_files(source, ".txt", BENCH_NAME)}
 
 
 def print_products(benches):
@@ -165,16 +168,11 @@ def read_timeline(text):
 
 def read_timelines(source):
     """{(variant, round, chapter, batch): read_timeline(...)}, none from a console."""
-    path = Path(source)
-    if is_console(path):
-        return {}
     timelines = {}
-    for name, text in files_in(path, ".timeline.txt"):
-        match = TIMELINE_NAME.search(name)
-        if match:
-            variant, round_, chapter, batch = match.groups()
-            timelines[(variant, int(round_), chapter.replace("-", " --", 1), int(batch))] = \
-                read_timeline(text)
+    for match, text in matching_files(source, ".timeline.txt", TIMELINE_NAME):
+        variant, round_, chapter, batch = match.groups()
+        timelines[(variant, int(round_), chapter.replace("-", " --", 1), int(batch))] = \
+            read_timeline(text)
     return timelines
 
 
