@@ -312,10 +312,7 @@ void print_step_timeline(const GpuActivitySummary& activity, int batch, int new_
       "%.1f us from the first one's start to the last one's end; each kernel from its start "
       "to its end, and the time its end adds past the kernels that started before it:\n",
       batch, new_tokens, step + 1, static_cast<long long>(steps), rows.size(), span_us);
-  std::printf("  %8s %8s %8s %8s  kernel\n", "start us", "end us", "took us", "adds us");
-  for (const TimelineRow& kernel : rows)
-    std::printf("  %8.1f %8.1f %8.1f %8.1f  %s\n", kernel.start_us, kernel.end_us, kernel.took_us,
-                kernel.adds_us, kernel.name.c_str());
+  std::fputs(format_step_timeline(rows).c_str(), stdout);
 }
 
 /// One more run, untimed, with CUPTI recording what the GPU ran and when: launches,

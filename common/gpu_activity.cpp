@@ -7,6 +7,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -214,6 +215,19 @@ std::vector<TimelineRow> step_timeline(std::vector<KernelRun> kernels,
                     microseconds(added)});
   }
   return rows;
+}
+
+std::string format_step_timeline(const std::vector<TimelineRow>& rows) {
+  char line[96];
+  std::snprintf(line, sizeof(line), "  %8s %8s %8s %8s  kernel\n", "start us", "end us", "took us",
+                "adds us");
+  std::string text = line;
+  for (const TimelineRow& kernel : rows) {
+    std::snprintf(line, sizeof(line), "  %8.1f %8.1f %8.1f %8.1f  ", kernel.start_us, kernel.end_us,
+                  kernel.took_us, kernel.adds_us);
+    text += line + kernel.name + "\n";
+  }
+  return text;
 }
 
 std::string call_name_without_version(std::string name) {

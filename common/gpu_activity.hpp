@@ -84,6 +84,11 @@ struct TimelineRow {
 std::vector<TimelineRow> step_timeline(std::vector<KernelRun> kernels,
                                        const std::string& step_marker, int step);
 
+/// `rows` as --step-timeline prints them: a header line, then a line a kernel: start,
+/// end, took and adds in µs, each right-aligned in 8 characters after a space, then two
+/// spaces and the kernel's name (the format scripts/ab_ratios.py reads).
+std::string format_step_timeline(const std::vector<TimelineRow>& rows);
+
 struct GpuActivitySummary {
   std::uint64_t kernels = 0;         ///< kernel launches that ran, those inside graphs included
   std::uint64_t graph_launches = 0;  ///< cudaGraphLaunch calls (each runs many kernels)

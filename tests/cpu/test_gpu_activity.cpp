@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,4 +144,26 @@ TEST_CASE("a step's timeline runs from its opening kernel to the next, in order 
   CHECK(ladder::step_timeline(kernels, "embedding", -1).empty());
   CHECK(ladder::step_timeline(kernels, "", 0).empty());
   CHECK(ladder::step_timeline({}, "embedding", 0).empty());
+}
+
+TEST_CASE("a step timeline is printed in the format scripts/ab_ratios.py reads",
+          "[gpu activity]") {
+  // ab_ratios.py's TIMELINE_ROW, and its header test: "start us" and "adds us" on a line.
+  const std::regex row(R"(^ +(-?[\d.]+) +(-?[\d.]+) +(-?[\d.]+) +(-?[\d.]+)  (\S.*)$)");
+  const std::vector<ladder::TimelineRow> rows = {
+      {"embedding_kernel<4>", 0.0, 3.04, 3.04, 3.04},
+      {"decode_matmul_fp32_kernel<64, true>", 1.5, 123456.78, 123455.28, 123453.74}};
+  std::istringstream text(ladder::format_step_timeline(rows));
+  std::string line;
+  REQUIRE(std::getline(text, line));
+  CHECK((line.find("start us") != std::string::npos && line.find("adds us") != std::string::npos));
+  for (const ladder::TimelineRow& expected : rows) {
+    REQUIRE(std::getline(text, line));
+    std::smatch match;
+    REQUIRE(std::regex_match(line, match, row));
+    CHECK(std::stod(match[1]) == Approx(expected.start_us).margin(0.05));
+    CHECK(std::stod(match[4]) == Approx(expected.adds_us).margin(0.05));
+    CHECK(match[5] == expected.name);
+  }
+  CHECK_FALSE(std::getline(text, line));
 }
