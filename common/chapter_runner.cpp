@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -294,10 +295,7 @@ constexpr const char* kStepOpeningKernel = "embedding";
 /// --step-timeline: the kernels of the middle step that `activity` holds (a decode step
 /// wherever the run generated two tokens or more), as step_timeline gives them.
 void print_step_timeline(const GpuActivitySummary& activity, int batch, int new_tokens) {
-  const auto steps = std::count_if(
-      activity.kernel_runs.begin(), activity.kernel_runs.end(), [](const KernelRun& kernel) {
-        return kernel.name.find(kStepOpeningKernel) != std::string::npos;
-      });
+  const std::uint64_t steps = activity.timeline.step_openings;
   const int step = static_cast<int>(steps / 2);
   const std::vector<TimelineRow> rows =
       step_timeline(activity.kernel_runs, kStepOpeningKernel, step);
@@ -308,10 +306,10 @@ void print_step_timeline(const GpuActivitySummary& activity, int batch, int new_
   double span_us = 0;
   for (const TimelineRow& kernel : rows) span_us += kernel.adds_us;
   std::printf(
-      "batch %d, %d new tokens: step %d of the %lld traced (the prefill first), %zu kernels, "
+      "batch %d, %d new tokens: step %d of the %llu traced (the prefill first), %zu kernels, "
       "%.1f us from the first one's start to the last one's end; each kernel from its start "
       "to its end, and the time its end adds past the kernels that started before it:\n",
-      batch, new_tokens, step + 1, static_cast<long long>(steps), rows.size(), span_us);
+      batch, new_tokens, step + 1, static_cast<unsigned long long>(steps), rows.size(), span_us);
   std::fputs(format_step_timeline(rows).c_str(), stdout);
 }
 

@@ -308,7 +308,7 @@ GpuActivitySummary GpuActivityTrace::collect() {
                                       waits_for_the_gpu(name)});
   std::sort(summary.api_call_times.begin(), summary.api_call_times.end(),
             [](const ApiCallTime& a, const ApiCallTime& b) { return a.seconds > b.seconds; });
-  summary.kernel_runs = records.kernel_runs;
+  summary.kernel_runs = std::move(records.kernel_runs);
   summary.host_api_seconds = union_seconds(records.host_calls);
   summary.timeline = summarize_timeline(records.intervals);
   return summary;
