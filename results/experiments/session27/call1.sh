@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 27's first device call, whatever card comes (results/experiments/session27/README.md).
+# On an H200: the chapters' main job at HEAD without PyTorch (the goals), then as below.
+# On any card: the [decode_matmul] and [bf16] kernel tests (the three new cases' first run),
+# then the B = 64 A/B of rule_before_residency.patch with --step-timeline.
+set -uo pipefail
+out=${OUT:?}
+gpu=$(nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader)
+echo "GPU: $gpu" | tee "$out/gpu.txt"
+if [[ "$gpu" == *H200* ]]; then
+  mkdir -p "$out/main"
+  OUT=$out/main LADDER_TIME_LIMIT=330 LADDER_COMMIT=${LADDER_COMMIT:?} \
+    bash scripts/gpu_check.sh ladder > "$out/main.txt" 2>&1
+  tail -12 "$out/main.txt"
+fi
+mkdir -p "$out/kernels"
+OUT=$out/kernels LADDER_GPU_TAGS="[decode_matmul] [bf16]" LADDER_TIME_LIMIT=200 \
+  bash scripts/gpu_check.sh kernels > "$out/kernels.txt" 2>&1
+tail -8 "$out/kernels.txt"
+mkdir -p "$out/ab"
+OUT=$out/ab LADDER_AB_ROUNDS=2 LADDER_AB_BATCHES="64" LADDER_AB_TIMELINE="64" \
+  LADDER_AB_CHAPTERS="09_decode_matmuls:tf32 09_decode_matmuls" timeout 240 \
+  bash scripts/ab_kernel.sh results/experiments/c_fc_by_residency/rule_before_residency.patch \
+  > "$out/ab.txt" 2>&1
+echo "ab_kernel.sh rc $?"
+python3 scripts/ab_ratios.py "$out/ab/ab.tar.gz" > "$out/ratios.md"
+echo "ab_ratios.py rc $?"
+tail -50 "$out/ratios.md"
+# at most 8 files come back from a device call: everything in one archive, the
+# ratios and the printed output beside it
+(cd "$out" && tar -czf ../call1.tar.gz . && rm -rf ./* && mv ../call1.tar.gz . )
+python3 - "$out/call1.tar.gz" <<'PY' > "$out/ratios.md"
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as archive:
+    print(archive.extractfile("./ratios.md").read().decode())
+PY
