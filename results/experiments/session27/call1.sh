@@ -26,11 +26,9 @@ echo "ab_kernel.sh rc $?"
 python3 scripts/ab_ratios.py "$out/ab/ab.tar.gz" > "$out/ratios.md"
 echo "ab_ratios.py rc $?"
 tail -50 "$out/ratios.md"
-# at most 8 files come back from a device call: everything in one archive, the
-# ratios and the printed output beside it
-(cd "$out" && tar -czf ../call1.tar.gz . && rm -rf ./* && mv ../call1.tar.gz . )
-python3 - "$out/call1.tar.gz" <<'PY' > "$out/ratios.md"
-import sys, tarfile
-with tarfile.open(sys.argv[1]) as archive:
-    print(archive.extractfile("./ratios.md").read().decode())
-PY
+# at most 8 files come back from a device call: everything in one archive, with the
+# ratios and the printed outputs beside it
+tar -czf /tmp/call1.tar.gz -C "$out" . &&
+  find "$out" -mindepth 1 -maxdepth 1 ! -name ratios.md ! -name '*.txt' -exec rm -rf {} + &&
+  mv /tmp/call1.tar.gz "$out/"
+ls -la "$out"
