@@ -2,24 +2,26 @@
 # Session 27's first device call, whatever card comes (results/experiments/session27/README.md).
 # On an H200: the chapters' main job at HEAD without PyTorch (the goals), then as below.
 # On any card: the [decode_matmul] and [bf16] kernel tests (the three new cases' first run),
-# then the B = 64 A/B of rule_before_residency.patch with --step-timeline.
+# then, in what is left of 570 s, the B = 64 A/B of rule_before_residency.patch with --step-timeline.
 set -uo pipefail
 out=${OUT:?}
 gpu=$(nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader)
 echo "GPU: $gpu" | tee "$out/gpu.txt"
 if [[ "$gpu" == *H200* ]]; then
   mkdir -p "$out/main"
-  OUT=$out/main LADDER_TIME_LIMIT=330 LADDER_COMMIT=${LADDER_COMMIT:?} \
+  OUT=$out/main LADDER_TIME_LIMIT=320 LADDER_COMMIT=${LADDER_COMMIT:?} \
     bash scripts/gpu_check.sh ladder > "$out/main.txt" 2>&1
   tail -12 "$out/main.txt"
 fi
 mkdir -p "$out/kernels"
-OUT=$out/kernels LADDER_GPU_TAGS="[decode_matmul] [bf16]" LADDER_TIME_LIMIT=200 \
+OUT=$out/kernels LADDER_GPU_TAGS="[decode_matmul] [bf16]" LADDER_TIME_LIMIT=150 \
   bash scripts/gpu_check.sh kernels > "$out/kernels.txt" 2>&1
 tail -8 "$out/kernels.txt"
+# the A/B gets what is left of 570 s (a device call's limit is 600 s)
+left=$(( 570 - SECONDS ))
 mkdir -p "$out/ab"
 OUT=$out/ab LADDER_AB_ROUNDS=2 LADDER_AB_BATCHES="64" LADDER_AB_TIMELINE="64" \
-  LADDER_AB_CHAPTERS="09_decode_matmuls:tf32 09_decode_matmuls" timeout 240 \
+  LADDER_AB_CHAPTERS="09_decode_matmuls:tf32 09_decode_matmuls" timeout "$left" \
   bash scripts/ab_kernel.sh results/experiments/c_fc_by_residency/rule_before_residency.patch \
   > "$out/ab.txt" 2>&1
 echo "ab_kernel.sh rc $?"
