@@ -18,7 +18,7 @@
 //   --timeline   also draw which request each slot holds, step by step, for the first
 //                12 requests of a short trace on 4 slots
 //   --write-trace FILE  also write the trace (common/request_trace.hpp's format): with the
-//                defaults, the very trace chapter 11 serves on GPT-2 (its vocabulary and
+//                defaults, the very trace chapter 12 serves on GPT-2 (its vocabulary and
 //                EOS are the generator's defaults), for scripts/check_serving_trace.py
 #include <cstdio>
 #include <cstdlib>

@@ -16,13 +16,13 @@ It rebuilds the chapter and chapter 00 (the CPU reference as a chapter), then:
      --json, and the columns the exercise is about are printed beside the committed run's
      (results/latest). Where the exercise changes a count that does not depend on the
      machine (syncs/step for 01, alloc/step for 02), the count is checked too.
-Chapter 11's exercise (the admission order) changes the scheduler, which is host code:
+Chapter 12's exercise (the admission order) changes the scheduler, which is host code:
 its check builds the CPU tests and bench/batching_schedule instead, runs the scheduler's
 contract on the CPU reference back-end (every request's tokens equal the reference's for
-that request alone) and prints the schedule's counts beside the ones chapter 11's page
+that request alone) and prints the schedule's counts beside the ones chapter 12's page
 quotes, checking that the median latency fell. It needs no GPU.
 Exit status 0 when everything checked passed, 1 otherwise (each failure on one line).
-Step 1 needs a GPU for chapters 01-06; chapters 00 and 11 are checked anywhere.
+Step 1 needs a GPU for chapters 01-06; chapters 00 and 12 are checked anywhere.
 """
 import argparse
 import array
@@ -77,7 +77,7 @@ CHECKED_ELSEWHERE = {
           'the bf16 chapter\'s own check is build/current/tests/gpu_tests "[chapter10]"',
 }
 
-# Chapter 11's exercise: the scheduler's contract, which a new admission order must keep
+# Chapter 12's exercise: the scheduler's contract, which a new admission order must keep
 # (the CPU tests that pin the arrival order's exact schedule are left out: they fail by
 # design), and the counts of bench/batching_schedule against the page's.
 SCHEDULER_CONTRACT = [
@@ -86,7 +86,7 @@ SCHEDULER_CONTRACT = [
     "slots are reused by many short requests among long ones",
     "Poisson arrivals: nothing is admitted before it arrives*",
 ]
-SCHEDULE_PAGE = REPOSITORY / "chapters" / "11_continuous_batching" / "README.md"
+SCHEDULE_PAGE = REPOSITORY / "chapters" / "12_continuous_batching" / "README.md"
 SCHEDULE_LINE = re.compile(r"^scheduler, (static|continuous) +(\d+) steps .* latency p50 +(\d+) +"
                            r"p99 +(\d+) steps", re.MULTILINE)
 
@@ -238,7 +238,7 @@ def check_scheduler_exercise(build: pathlib.Path) -> int:
         elif result.returncode != 0:
             problems.append(f"cpu_tests '{case}' failed (exit {result.returncode}); run it for "
                             "the details")
-    print("scheduler: bench/batching_schedule beside chapter 11's page (steps, p50, p99 in steps)")
+    print("scheduler: bench/batching_schedule beside chapter 12's page (steps, p50, p99 in steps)")
     measured = schedule_counts(run([build / "bench" / "batching_schedule"],
                                    "batching_schedule").stdout)
     page = schedule_counts(SCHEDULE_PAGE.read_text())
@@ -254,13 +254,13 @@ def check_scheduler_exercise(build: pathlib.Path) -> int:
         problems.append("continuous batching's median latency did not fall below the arrival "
                         "order's: short requests are not admitted first")
     for problem in problems:
-        print(f"check_exercise.py: 11: {problem}", file=sys.stderr)
-    print(f"11_continuous_batching: {'FAILED' if problems else 'passed'}")
+        print(f"check_exercise.py: 12: {problem}", file=sys.stderr)
+    print(f"12_continuous_batching: {'FAILED' if problems else 'passed'}")
     return 1 if problems else 0
 
 
 # Exercises that change host code only, checked by their own function.
-HOST_CODE_EXERCISES = {"11": check_scheduler_exercise}
+HOST_CODE_EXERCISES = {"12": check_scheduler_exercise}
 
 
 def main(argv) -> int:

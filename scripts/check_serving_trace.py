@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
-"""scripts/check_serving_trace.py - chapter 11's tokens on its own trace, request by request.
+"""scripts/check_serving_trace.py - chapter 12's tokens on its own trace, request by request.
 
-The GPU tests hold chapter 11 to the CPU reference on the small golden model. This script
+The GPU tests hold chapter 12 to the CPU reference on the small golden model. This script
 does the same on the full workload, GPT-2 small (or any weights the chapters load), where the
-CPU reference would take hours: every request of the trace chapter 11 serves must get the
+CPU reference would take hours: every request of the trace chapter 12 serves must get the
 tokens an earlier chapter generates for that request's prompt, cut at the request's limit and
-at its first EOS (included), as chapter 11 stops it. Chapters 00-10 equal Hugging Face's
+at its first EOS (included), as chapter 12 stops it. Chapters 00-10 equal Hugging Face's
 tokens on GPT-2 small (`scripts/gpu_check.sh hf`), so the earlier chapter stands in for the
-reference here; chapter 07 runs its products on cuBLASLt, not on chapter 11's decode
+reference here; chapter 07 runs its products on cuBLASLt, not on chapter 12's decode
 matmuls (the attention's device code is the same in both, at different positions per row).
 
     python3 scripts/check_serving_trace.py --build build/native --weights /tmp/gpt2-small-random
     python3 scripts/check_serving_trace.py --build build/native --weights DIR --rates 0,200
 
 Steps: bench/batching_schedule writes the trace (`--write-trace`; the default is the trace
-chapter 11 generates on GPT-2: 512 requests, prompts of 4-64 tokens, limits of 16-256, seed
+chapter 12 generates on GPT-2: 512 requests, prompts of 4-64 tokens, limits of 16-256, seed
 0), once per arrival rate (the rate moves the arrivals only, not the prompts or limits);
-chapter 11 serves each (`--trace`, `--dump-requests`: static batches, continuous with the
+chapter 12 serves each (`--trace`, `--dump-requests`: static batches, continuous with the
 host waiting, continuous); the reference chapter runs the requests grouped by prompt length,
 one process a group (`--prompt-file`, B = the group's size, N = its longest limit; rows of a
 batch do not interact, and a finished row keeps decoding, so a row's tokens up to its own
@@ -67,7 +67,7 @@ def read_trace(path: pathlib.Path) -> list:
 
 
 def read_served(path: pathlib.Path) -> dict:
-    """configuration -> request -> tokens, from chapter 11's --dump-requests."""
+    """configuration -> request -> tokens, from chapter 12's --dump-requests."""
     served = collections.defaultdict(dict)
     for line in path.read_text().splitlines():
         fields = [int(field) for field in line.split()]
@@ -102,7 +102,7 @@ def main(argv) -> int:
     args = parser.parse_args(argv)
 
     chapters = args.build / "chapters"
-    serving = chapters / "11_continuous_batching"
+    serving = chapters / "12_continuous_batching"
     reference = chapters / args.reference
     schedule = args.build / "bench" / "batching_schedule"
     for program in (serving, reference, schedule):
@@ -129,7 +129,7 @@ def main(argv) -> int:
         served_path = out / f"served.{rate:g}.txt"
         run([serving, "--weights", args.weights, "--trace", trace_path, "--eos", args.eos,
              "--dump-requests", served_path, "--json", out / f"serving.{rate:g}.json"],
-            f"chapter 11 at rate {rate:g}")
+            f"chapter 12 at rate {rate:g}")
         served[rate] = read_served(served_path)
         if sorted(served[rate]) != sorted(CONFIGURATIONS):
             fail(f"{served_path}: configurations {sorted(served[rate])}, expected "

@@ -8,7 +8,7 @@
 #   test      build with all cores and run every test, GPU tests included
 #   hf        full-size random GPT-2 small from transformers: every chapter's greedy tokens
 #             must equal Hugging Face's (needs torch and transformers)
-#   serving   chapter 11 on its own trace on full-size random GPT-2 small, all at once and at
+#   serving   chapter 12 on its own trace on full-size random GPT-2 small, all at once and at
 #             200 requests/s: every request's tokens against chapter 07's for that prompt
 #             (scripts/check_serving_trace.py; makes the weights as hf does)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short run of every GPU chapter
@@ -171,9 +171,9 @@ if wants hf; then
   if PYTHONUNBUFFERED=1 limited python3 scripts/check_hf_gpt2_small.py "$hf_dir" > "$out/logs/hf.log" 2>&1; then
     for chapter in "$build"/chapters/[0-9][0-9]_*; do
       name=$(basename "$chapter")
-      # 11 serves a trace, not a batch of prompts: gpu_tests "[batching]" holds its tokens
+      # 12 serves a trace, not a batch of prompts: gpu_tests "[batching]" holds its tokens
       # to the reference's request by request.
-      [ "$name" = 11_continuous_batching ] && continue
+      [ "$name" = 12_continuous_batching ] && continue
       limited "$chapter" --weights "$hf_dir" --prompt-file "$hf_dir/prompts.txt" --batch 4 \
         --new-tokens 16 --runs 1 --warmup 0 --quiet --dump-tokens "$out/logs/$name.hf_tokens.txt" \
         --json "$out/logs/$name.hf.json" >> "$out/logs/hf.log" 2>&1
@@ -228,9 +228,9 @@ if wants sanitize; then
       [ "$tool" = racecheck ] && [ "${name%%_*}" -ge 8 ] && new_tokens=1
       arguments=(--batch 3 --random-prompt-length 4 --new-tokens "$new_tokens" --runs 1 --warmup 0
                  --quiet)
-      # 11 serves a trace with its own command line: 12 requests on 4 slots, slots reused
+      # 12 serves a trace with its own command line: 12 requests on 4 slots, slots reused
       # (no WHILE node: racecheck runs all of it).
-      if [ "$name" = 11_continuous_batching ]; then
+      if [ "$name" = 12_continuous_batching ]; then
         new_tokens=1-40
         arguments=(--requests 12 --prompt-lengths 1-24 --output-limits 1-40 --slots 4 --eos 192)
       fi
@@ -331,9 +331,9 @@ if wants bench; then
   for chapter in "$build"/chapters/[0-9][0-9]_*; do
     name=$(basename "$chapter")
     [ "$name" = 00_cpu_reference ] && continue  # the CPU prologue: minutes per run at B = 32
-    # 11 serves its default trace; LADDER_BENCH_ARGS are the batch chapters' flags.
+    # 12 serves its default trace; LADDER_BENCH_ARGS are the batch chapters' flags.
     bench_args=${LADDER_BENCH_ARGS:-}
-    [ "$name" = 11_continuous_batching ] && bench_args=
+    [ "$name" = 12_continuous_batching ] && bench_args=
     # shellcheck disable=SC2086  # bench_args is a list of flags
     if limited "$chapter" --json "$out/results/$name.json" $bench_args > "$out/logs/$name.bench.log" 2>&1; then
       note "bench $name: ok"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""scripts/render_continuous_batching.py - the generated parts of chapter 11's page.
+"""scripts/render_continuous_batching.py - the generated parts of chapter 12's page.
 
-chapters/11_continuous_batching/README.md quotes numbers that code computes, never typed:
+chapters/12_continuous_batching/README.md quotes numbers that code computes, never typed:
 
     <!-- batching-schedule:begin --> ... <!-- batching-schedule:end -->
         the output of bench/batching_schedule (the static-batching arithmetic on the
@@ -37,7 +37,7 @@ import subprocess
 import sys
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
-PAGE = REPOSITORY / "chapters" / "11_continuous_batching" / "README.md"
+PAGE = REPOSITORY / "chapters" / "12_continuous_batching" / "README.md"
 RESULTS = REPOSITORY / "results" / "continuous_batching"
 IMAGES = REPOSITORY / "docs" / "images"
 TIMELINE = IMAGES / "continuous_batching_timeline.svg"

@@ -150,9 +150,9 @@ for folder in chapters/[0-9][0-9]_*/; do
   name=$(basename "$folder")
   # 00, the CPU prologue, takes minutes per run at B = 32: its README has its measurement.
   [ "$name" = 00_cpu_reference ] && continue
-  # 11 serves a trace with its own command line (no --batch, --new-tokens) and its own
+  # 12 serves a trace with its own command line (no --batch, --new-tokens) and its own
   # table: its README's commands run it into results/continuous_batching/.
-  [ "$name" = 11_continuous_batching ] && continue
+  [ "$name" = 12_continuous_batching ] && continue
   if [ -x "build/$preset/chapters/$name" ]; then
     chapters+=("$name")
   else

@@ -1,4 +1,4 @@
-// tests/cli/test_continuous_batching_cli.cpp - chapter 11 refuses bad input with one
+// tests/cli/test_continuous_batching_cli.cpp - chapter 12 refuses bad input with one
 // clear line and the documented exit code, before it touches a GPU: a malformed trace
 // file, a request longer than the context, more slots than the KV-cache budget holds, and
 // the batch flags of chapters 00-10, which it does not take. Every case runs with
@@ -18,7 +18,7 @@ using ladder::testing::make_temporary_directory;
 using ladder::testing::run_chapter_process;
 using ladder::testing::test_data_path;
 
-const std::string kChapter = "11_continuous_batching";
+const std::string kChapter = "12_continuous_batching";
 const std::string kNoGpu = "CUDA_VISIBLE_DEVICES=-1";
 
 void write_file(const std::string& path, const std::string& contents) {
@@ -38,7 +38,7 @@ void expect_refusal(const std::vector<std::string>& arguments, int exit_code,
 
 }  // namespace
 
-TEST_CASE("chapter 11 prints its usage and exit codes", "[cli][batching]") {
+TEST_CASE("chapter 12 prints its usage and exit codes", "[cli][batching]") {
   const auto result = run_chapter_process(kChapter, {"--help"});
   INFO("printed: " << result.output);
   CHECK(result.exit_code == 0);
@@ -46,7 +46,7 @@ TEST_CASE("chapter 11 prints its usage and exit codes", "[cli][batching]") {
   CHECK(result.output.find("\nexit codes\n") != std::string::npos);
 }
 
-TEST_CASE("chapter 11 refuses a malformed trace file, naming the line", "[cli][batching]") {
+TEST_CASE("chapter 12 refuses a malformed trace file, naming the line", "[cli][batching]") {
   const std::string directory = make_temporary_directory("ladder-cli-trace");
   expect_refusal({"--trace", directory + "/missing.txt"}, 1, "missing.txt");
   write_file(directory + "/header.txt", "not a trace\n0 5 1 2\n");
@@ -59,7 +59,7 @@ TEST_CASE("chapter 11 refuses a malformed trace file, naming the line", "[cli][b
   expect_refusal({"--trace", directory + "/empty.txt"}, 1, "empty.txt");
 }
 
-TEST_CASE("chapter 11 refuses a request longer than the context", "[cli][batching]") {
+TEST_CASE("chapter 12 refuses a request longer than the context", "[cli][batching]") {
   const std::string directory = make_temporary_directory("ladder-cli-trace");
   // GPT-2 small: 1024 positions; 3 prompt tokens + 1100 new need 1102.
   write_file(directory + "/long.txt", "decode-ladder trace 1\n0 4 1 2\n0 1100 1 2 3\n");
@@ -73,13 +73,13 @@ TEST_CASE("chapter 11 refuses a request longer than the context", "[cli][batchin
                  "context");
 }
 
-TEST_CASE("chapter 11 refuses more slots than the KV-cache budget holds", "[cli][batching]") {
+TEST_CASE("chapter 12 refuses more slots than the KV-cache budget holds", "[cli][batching]") {
   // The default trace needs 313 positions a slot: 0.69 GiB for 32 slots of GPT-2 small.
   expect_refusal({"--kv-cache-budget-gib", "0.1"}, 2, "ask for at most 4 slots");
   expect_refusal({"--slots", "0"}, 2, "--slots");
 }
 
-TEST_CASE("chapter 11 refuses the batch flags of the other chapters", "[cli][batching]") {
+TEST_CASE("chapter 12 refuses the batch flags of the other chapters", "[cli][batching]") {
   expect_refusal({"--batch", "32"}, 2, "serves a trace");
   expect_refusal({"--new-tokens", "100"}, 2, "serves a trace");
   expect_refusal({"--requests", "0"}, 2, "--requests");
@@ -87,6 +87,6 @@ TEST_CASE("chapter 11 refuses the batch flags of the other chapters", "[cli][bat
   expect_refusal({"--output-limits", "16"}, 2, "--output-limits");
 }
 
-TEST_CASE("chapter 11 without a visible CUDA device says so in one line", "[cli][batching]") {
+TEST_CASE("chapter 12 without a visible CUDA device says so in one line", "[cli][batching]") {
   expect_refusal({"--requests", "4"}, 3, "no CUDA device");
 }

@@ -446,7 +446,7 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
   CHECK_THROWS_WITH(strict.launch_step({{}, {{0, 5}}}),
                     Contains("decode of slot 0 at position 5, but its cache holds 2 of 128"));
   CHECK_THROWS_WITH(strict.finish_step(), Contains("no step was launched"));
-  // What every back-end checks (check_step_plan; chapter 11's GPU back-end too).
+  // What every back-end checks (check_step_plan; chapter 12's GPU back-end too).
   CHECK_THROWS_WITH(ladder::check_step_plan({{}, {{1, 128}}}, 2, context),
                     Contains("decode of slot 1 at position 128, outside its 128 positions"));
   CHECK_THROWS_WITH(ladder::check_step_plan({{}, {{0, -1}}}, 2, context),

@@ -1,6 +1,6 @@
 // tests/gpu/test_continuous_batching.cpp - what continuous batching adds on the GPU: the
 // decode step with a position per row (launch_fused_decode_attention_per_row), the argmax
-// that leaves each row's token in its slot (launch_argmax_into_slots), and chapter 11 as a
+// that leaves each row's token in its slot (launch_argmax_into_slots), and chapter 12 as a
 // whole: every request's tokens equal the CPU reference's for that request alone, whatever
 // its slot, arrival order and neighbours, under static and continuous batching.
 // Run: gpu_tests "[batching]"
@@ -236,9 +236,9 @@ TEST_CASE("launch_argmax_into_slots rejects bad arguments", "[kernels][batching]
       std::invalid_argument);
 }
 
-// ---------------------------------------------------------------- chapter 11
+// ---------------------------------------------------------------- chapter 12
 
-const std::string kChapter = "11_continuous_batching";
+const std::string kChapter = "12_continuous_batching";
 // Emitted by about half of the golden model's greedy rows from random prompts: requests
 // stop at EOS as well as at their limits (as in the scheduler's CPU tests).
 constexpr int kEmittedEos = 192;
@@ -332,7 +332,7 @@ std::vector<Request> golden_trace(int requests, std::uint64_t seed, int max_new,
   return generate_trace(options);
 }
 
-TEST_CASE("chapter 11: every request's tokens equal the reference's for that request alone",
+TEST_CASE("chapter 12: every request's tokens equal the reference's for that request alone",
           "[batching][chapters]") {
   SECTION("all at time 0, 8 slots") { check_chapter_serves(golden_trace(40, 1, 60), 8); }
   SECTION("Poisson arrivals, 5 slots") { check_chapter_serves(golden_trace(30, 2, 40, 2000), 5); }
@@ -340,7 +340,7 @@ TEST_CASE("chapter 11: every request's tokens equal the reference's for that req
   SECTION("more slots than requests") { check_chapter_serves(golden_trace(5, 4, 30), 7); }
 }
 
-TEST_CASE("chapter 11: slots are reused by many short requests among long ones",
+TEST_CASE("chapter 12: slots are reused by many short requests among long ones",
           "[batching][chapters]") {
   // Every fourth request long (a prompt of 24 and a limit of 100), the rest one-token
   // prompts with limits of 1 or 2: on 3 slots each slot serves many requests, some

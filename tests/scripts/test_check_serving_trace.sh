@@ -3,12 +3,12 @@
 #
 #   bash tests/scripts/test_check_serving_trace.sh BUILD_DIR
 #
-# The script needs chapter 11 on a GPU; here a stand-in build tree holds what it calls:
+# The script needs chapter 12 on a GPU; here a stand-in build tree holds what it calls:
 #   bench/batching_schedule      the real program, its trace then shrunk to the golden
 #                                model (ids below 380, prompts of at most 20, limits of 40);
-#   chapters/11_continuous_batching  a stand-in that serves each request alone with
+#   chapters/12_continuous_batching  a stand-in that serves each request alone with
 #                                chapter 00 (the CPU reference), the real chapters' flags,
-#                                and writes chapter 11's --dump-requests format;
+#                                and writes chapter 12's --dump-requests format;
 #   chapters/00_cpu_reference    the real one, the script's --reference.
 # Then: (1) every request of every configuration must be found equal, exit 0; (2) with one
 # token of one request changed in one configuration, exactly that request must be named
@@ -38,7 +38,7 @@ open(path, "w").write("\n".join(shrunk) + "\n")
 PY
 EOF
 
-cat > "$work/build/chapters/11_continuous_batching" <<EOF
+cat > "$work/build/chapters/12_continuous_batching" <<EOF
 #!/usr/bin/env bash
 while [ \$# -gt 0 ]; do
   case \$1 in --weights) weights=\$2;; --trace) trace=\$2;; --eos) eos=\$2;; --dump-requests) dump=\$2;; esac
@@ -68,7 +68,7 @@ with open(dump, "w") as out:
             out.write(" ".join(map(str, [configuration, index, index % 4] + tokens)) + "\n")
 PY
 EOF
-chmod +x "$work/build/bench/batching_schedule" "$work/build/chapters/11_continuous_batching"
+chmod +x "$work/build/bench/batching_schedule" "$work/build/chapters/12_continuous_batching"
 
 check() {  # flags for the script's run, expected exit code, a line the output must hold
   local expected=$1 line=$2 status=0
