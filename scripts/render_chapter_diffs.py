@@ -25,6 +25,7 @@ sources give the same README, byte for byte, so running it twice changes nothing
 
     python3 scripts/render_chapter_diffs.py            # rewrite the blocks that are stale
     python3 scripts/render_chapter_diffs.py --check    # exit 1 if any block is stale (CI)
+    python3 scripts/render_chapter_diffs.py --chapters 02 03   # only these chapters' READMEs
 
 Exit status: 0 when every README is (or now is) up to date; 1 when --check finds a stale
 block, or when a chapter after the first has no README, no diff markers, not exactly one
@@ -244,6 +245,9 @@ def main(argv) -> int:
                         help="write nothing; exit 1 if any README's diff block is stale")
     parser.add_argument("--root", type=pathlib.Path, default=REPOSITORY,
                         help="the checkout whose chapters/ to render (default: this one)")
+    parser.add_argument("--chapters", nargs="+", metavar="NN",
+                        help="render (or check) only these chapters' READMEs, by number "
+                             "(default: every chapter)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
 
@@ -251,6 +255,8 @@ def main(argv) -> int:
     stale = []
     folders = chapter_folders(root)
     for previous, folder in zip([None] + folders, folders):
+        if args.chapters and chapter_number(folder) not in args.chapters:
+            continue
         readme = folder / "README.md"
         try:
             # 00 is the prologue on the CPU, not a rung of the ladder: chapter 01 is not

@@ -41,7 +41,7 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 02: per layer, the keys and values of every position so far.
+// Per layer, the keys and values of every position so far.
 struct KvCache {
   std::vector<TypedBuffer<float>> keys;    ///< per layer, [B, H, length, D]
   std::vector<TypedBuffer<float>> values;  ///< per layer, [B, H, length, D]
@@ -78,7 +78,7 @@ class Gpt2Decoder final : public Decoder {
     int steps = 0;
     while (steps < max_new_tokens) {
       NvtxRange step_range("step");
-      // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+      // Step 0 runs the whole prompt once and fills the cache; every
       // later step feeds only the tokens the step before chose, one per row.
       const TypedBuffer<float> step_logits = steps == 0 ? prefill(step_, sequence, B, T, cache)
                                                         : decode_step(step_, next_tokens, B, cache);
@@ -121,7 +121,7 @@ class Gpt2Decoder final : public Decoder {
     launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(), hidden,
                               B, T, /*first_position=*/0, C, stream);
     layers(step, hidden, B * T, [&](int /*layer_index*/, const float* qkv) {
-      // NEW in chapter 02: this layer's keys and values of positions 0 .. T - 1 stay.
+      // This layer's keys and values of positions 0 .. T - 1 stay.
       cache.keys.push_back(allocate<float>(static_cast<std::size_t>(B) * T * C));
       cache.values.push_back(allocate<float>(static_cast<std::size_t>(B) * T * C));
       launch_store_kv_sequence(qkv, cache.keys.back(), cache.values.back(), /*first_position=*/0, T,
@@ -134,7 +134,7 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, hidden, B, T);
   }
 
-  // NEW in chapter 02: a decode step, the same GPT-2 over ONE token per row.
+  // A decode step, the same GPT-2 over ONE token per row.
   /// GPT-2 over tokens [B], which sit at position L = cache.length: every layer appends
   /// their keys and values to the cache and attends over all L + 1 positions. Returns
   /// the logits, [B, V].
@@ -159,7 +159,7 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, hidden, B, /*T=*/1);
   }
 
-  // NEW in chapter 02: the cache grows as Hugging Face's DynamicCache grows it
+  // The cache grows as Hugging Face's DynamicCache grows it
   // (torch.cat): new [B, H, L + 1, D] buffers from the allocator, the L cached positions
   // copied in and the step's keys and values written at L, in one launch; assigning the
   // new buffers over the old ones frees those. Keys and values of every layer, every

@@ -107,7 +107,7 @@ class Gpt2Decoder final : public Decoder {
     int steps = 0;
     while (steps < max_new_tokens) {
       NvtxRange step_range("step");
-      // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+      // Step 0 runs the whole prompt once and fills the cache; every
       // later step feeds only the tokens the step before chose, one per row.
       const float* step_logits =
           steps == 0 ? prefill(step_, sequence, B, T, cache, activations)

@@ -46,7 +46,7 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
   TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
@@ -62,7 +62,7 @@ struct StaticKvCache {
   float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
   TypedBuffer<float> hidden;     ///< [rows, C], the residual stream
@@ -87,8 +87,8 @@ class Gpt2Decoder final : public Decoder {
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
         step_(*allocator_, options.allow_tf32) {}
 
@@ -103,12 +103,12 @@ class Gpt2Decoder final : public Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     const TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens, stream);
     const Activations activations = allocate_activations(B, T);
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
@@ -120,12 +120,12 @@ class Gpt2Decoder final : public Decoder {
     int steps = 0;
     while (steps < max_new_tokens) {
       NvtxRange step_range("step");
-      // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+      // Step 0 runs the whole prompt once and fills the cache; every
       // later step feeds only the tokens the step before chose, one per row.
       const float* step_logits =
           steps == 0 ? prefill(step_, sequence, B, T, cache, activations)
                      : decode_step(step_, next_tokens, cursor, B, cache, activations);
-      // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
+      // The argmax takes the step from the cursor and advances it.
       launch_argmax_step(step_logits, next_tokens, greedy.state(), cursor, B, config_.vocab_size,
                          stream);
       logits.record(step_logits, B, config_.vocab_size, stream);
@@ -173,7 +173,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -210,7 +210,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the logits, [B, V] (in activations.logits).

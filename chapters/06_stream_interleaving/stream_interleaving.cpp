@@ -45,14 +45,14 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
   TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
   TypedBuffer<float> values;     ///< [n_layer, B, H, capacity, D]
   int capacity = 0;              ///< T + N positions
   std::size_t layer_floats = 0;  ///< B * capacity * C: one layer's keys (or values)
-  // NEW in chapter 05: the fused attention's scratch (each split's partial softmax state
+  // The fused attention's scratch (each split's partial softmax state
   // and a counter per head), zeroed once; every launch leaves the counters at zero
   // again, so the twelve layers and all the steps share it.
   TypedBuffer<char> attention_workspace;
@@ -61,7 +61,7 @@ struct StaticKvCache {
   float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
   TypedBuffer<float> hidden;     ///< [rows, C], the residual stream
@@ -74,7 +74,7 @@ struct Activations {
   TypedBuffer<float> logits;     ///< [B, V]
 };
 
-// NEW in chapter 05: a LayerNorm's parameters, [C] each.
+// A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
   const float* weight;
   const float* bias;
@@ -101,8 +101,8 @@ class Gpt2Decoder final : public Decoder {
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 06: two streams, each with its own cuBLASLt and workspace.
         streams_{{{*allocator_, options.allow_tf32}, {*allocator_, options.allow_tf32}}} {}
@@ -119,12 +119,12 @@ class Gpt2Decoder final : public Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     const TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens, stream);
     const Activations activations = allocate_activations(B, T);
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
@@ -148,12 +148,12 @@ class Gpt2Decoder final : public Decoder {
         // attention workspace), which is safe only because of this wait: no two steps
         // ever run at the same time, and each sees everything the one before wrote.
         if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(step_stream, previous.step_done.get(), 0));
-        // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+        // Step 0 runs the whole prompt once and fills the cache; every
         // later step feeds only the tokens the step before chose, one per row.
         const float* step_logits =
             step == 0 ? prefill(current.context, sequence, B, T, cache, activations)
                       : decode_step(current.context, next_tokens, cursor, B, cache, activations);
-        // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
+        // The argmax takes the step from the cursor and advances it.
         launch_argmax_step(step_logits, next_tokens, greedy.state(), cursor, B, config_.vocab_size,
                            step_stream);
         // Every enqueued step is recorded, in step order; the runner keeps the first `steps`.
@@ -204,9 +204,8 @@ class Gpt2Decoder final : public Decoder {
     return TypedBuffer<T>(*allocator_, count, streams_[0].context.stream());
   }
 
-  // NEW in chapter 05: the cache is no longer zeroed. Chapter 04's attention read every
-  // position, so the unused ones had to hold finite numbers; the fused attention never
-  // reads a position that has not been written.
+  // The cache is not zeroed: the fused attention never reads a position that
+  // has not been written.
   StaticKvCache allocate_kv_cache(int B, int capacity, cudaStream_t stream) {
     StaticKvCache cache;
     cache.capacity = capacity;
@@ -220,7 +219,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -257,7 +256,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the logits, [B, V] (in activations.logits).
@@ -271,7 +269,7 @@ class Gpt2Decoder final : public Decoder {
     layers(step, activations, B, [&](int layer_index, const float* qkv, float* attended) {
       float* keys = cache.layer_keys(layer_index);
       float* values = cache.layer_values(layer_index);
-      // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
+      // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       launch_fused_decode_attention(qkv, keys, values, cursor, cache.capacity, attended,
                                     cache.attention_workspace, B, H, C, stream);
@@ -295,7 +293,7 @@ class Gpt2Decoder final : public Decoder {
     float* attended = activations.attended;
     float* projected = activations.projected;
     float* expanded = activations.expanded;
-    // NEW in chapter 05: only the first LayerNorm stands alone; every later one is fused
+    // Only the first LayerNorm stands alone; every later one is fused
     // with the residual add before it.
     const DeviceLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
@@ -309,18 +307,18 @@ class Gpt2Decoder final : public Decoder {
         attend(layer_index, qkv, attended);
         step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, projected, rows, C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected and normed = ln_2(hidden), one kernel.
+        // hidden += projected and normed = ln_2(hidden), one kernel.
         launch_residual_layernorm(hidden, projected, layer.ln_2_weight, layer.ln_2_bias, normed,
                                   rows, C, eps, stream);
       }
       {
         NvtxRange range("mlp block");
-        // NEW in chapter 05: gelu(x W + b) in the matmul's epilogue, no GELU launch.
+        // gelu(x W + b) in the matmul's epilogue, no GELU launch.
         step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
                     LinearEpilogue::kBiasGelu);
         step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, rows, 4 * C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected, normalized for what comes next.
+        // hidden += projected, normalized for what comes next.
         const LayerNormParameters next = layernorm_after(layer_index);
         launch_residual_layernorm(hidden, projected, next.weight, next.bias, normed, rows, C, eps,
                                   stream);
@@ -334,7 +332,7 @@ class Gpt2Decoder final : public Decoder {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, fused with the last residual add (in the
+    // ln_f already ran, fused with the last residual add (in the
     // prefill over every position, a negligible cost once per generation); only each
     // row's last position predicts the next token.
     const float* last = activations.normed;
@@ -349,7 +347,7 @@ class Gpt2Decoder final : public Decoder {
     return activations.logits;
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP, fused with
+  // The LayerNorm that follows layer `layer_index`'s MLP, fused with
   // its residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};

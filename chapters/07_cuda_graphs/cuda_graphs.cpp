@@ -51,14 +51,14 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
   TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
   TypedBuffer<float> values;     ///< [n_layer, B, H, capacity, D]
   int capacity = 0;              ///< T + N positions
   std::size_t layer_floats = 0;  ///< B * capacity * C: one layer's keys (or values)
-  // NEW in chapter 05: the fused attention's scratch (each split's partial softmax state
+  // The fused attention's scratch (each split's partial softmax state
   // and a counter per head), zeroed once; every launch leaves the counters at zero
   // again, so the twelve layers and all the steps share it.
   TypedBuffer<char> attention_workspace;
@@ -67,7 +67,7 @@ struct StaticKvCache {
   float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
   TypedBuffer<float> hidden;     ///< [rows, C], the residual stream
@@ -80,13 +80,13 @@ struct Activations {
   TypedBuffer<float> logits;     ///< [B, V]
 };
 
-// NEW in chapter 05: a LayerNorm's parameters, [C] each.
+// A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
   const float* weight;
   const float* bias;
 };
 
-// NEW in chapter 06: what each of the two streams owns. Step i runs on stream i % 2.
+// What each of the two streams owns. Step i runs on stream i % 2.
 struct StepStream {
   StepStream(DeviceAllocator& allocator, bool allow_tf32)
       : context(allocator, allow_tf32), step_done(cudaEventDisableTiming) {}
@@ -110,10 +110,10 @@ class Gpt2Decoder final : public Decoder {
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
-        // NEW in chapter 06: two streams, each with its own cuBLASLt and workspace.
+        // Two streams, each with its own cuBLASLt and workspace.
         streams_{{{*allocator_, options.allow_tf32}, {*allocator_, options.allow_tf32}}} {}
 
   DeviceAllocator& allocator() override { return *allocator_; }
@@ -128,12 +128,12 @@ class Gpt2Decoder final : public Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     const TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens, stream);
     const Activations activations = allocate_activations(B, T);
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
@@ -146,7 +146,7 @@ class Gpt2Decoder final : public Decoder {
     GenerationOutput output;
     output.batch = B;
     const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
-    // NEW in chapter 06: the host stays one step ahead of its check. Step i is enqueued
+    // The host stays one step ahead of its check. Step i is enqueued
     // before the host waits for step i - 1, so the GPU always has a step queued.
     int steps = max_new_tokens;  // unless a flag stops the loop sooner
     int last_enqueued = 0;
@@ -156,7 +156,7 @@ class Gpt2Decoder final : public Decoder {
       {
         NvtxRange step_range("step");
         const cudaStream_t step_stream = current.context.stream();
-        // NEW in chapter 06: step i starts when step i - 1, on the other stream, has ended.
+        // Step i starts when step i - 1, on the other stream, has ended.
         // Both streams use the same buffers (cache, activations, cursor, flags, the
         // attention workspace), which is safe only because of this wait: no two steps
         // ever run at the same time, and each sees everything the one before wrote.
@@ -164,15 +164,15 @@ class Gpt2Decoder final : public Decoder {
         // NEW in chapter 07: the step's work, as chapter 06 enqueues it, in one place: run
         // plainly, or recorded into a graph.
         const auto enqueue_step = [&] {
-          // NEW in chapter 02: step 0 runs the whole prompt once and fills the cache; every
+          // Step 0 runs the whole prompt once and fills the cache; every
           // later step feeds only the tokens the step before chose, one per row.
           const float* step_logits =
               step == 0 ? prefill(current.context, sequence, B, T, cache, activations)
                         : decode_step(current.context, next_tokens, cursor, B, cache, activations);
-          // NEW in chapter 04: the argmax takes the step from the cursor and advances it.
+          // The argmax takes the step from the cursor and advances it.
           launch_argmax_step(step_logits, next_tokens, greedy.state(), cursor, B,
                              config_.vocab_size, step_stream);
-          // NEW in chapter 06: the flag goes to this stream's pinned slot; the host does not
+          // The flag goes to this stream's pinned slot; the host does not
           // wait for it here.
           CUDA_CHECK(cudaMemcpyAsync(current.all_finished.get(), greedy.all_finished(),
                                      sizeof(std::int32_t), cudaMemcpyDeviceToHost, step_stream));
@@ -192,14 +192,14 @@ class Gpt2Decoder final : public Decoder {
         }
         // Every enqueued step is recorded, in step order; the runner keeps the first `steps`.
         logits.record(activations.logits, B, config_.vocab_size, step_stream);
-        // NEW in chapter 06: the event marks the end of the step; the host does not wait
+        // The event marks the end of the step; the host does not wait
         // for it here.
         CUDA_CHECK(cudaEventRecord(current.step_done.get(), step_stream));
         last_enqueued = step;
       }
       if (step == 0) continue;
 
-      // NEW in chapter 06: only now, with step i queued behind it, the host waits for step
+      // Only now, with step i queued behind it, the host waits for step
       // i - 1 and reads its flag. Set: step i - 1 was the last, and step i, which ran
       // ahead, is discarded. Step i + 1 reuses this slot, and is not enqueued yet.
       NvtxRange check_range("check previous step");
@@ -214,7 +214,7 @@ class Gpt2Decoder final : public Decoder {
 
     output.loop_allocations = allocator_->stats().allocations - allocations_before_loop;
     output.steps = steps;
-    // NEW in chapter 06: the last step enqueued (the speculative one, after an early stop)
+    // The last step enqueued (the speculative one, after an early stop)
     // must end before the tokens are read and the buffers go back to the allocator. Only
     // the `steps` real columns are read; the speculative step's column stays on the device.
     CUDA_CHECK(cudaStreamWaitEvent(stream, streams_[last_enqueued % 2].step_done.get(), 0));
@@ -223,7 +223,7 @@ class Gpt2Decoder final : public Decoder {
   }
 
   // The table's yardstick: this step's 49 products alone (common/step_context.hpp).
-  // NEW in chapter 06: on the first stream, with its cuBLASLt.
+  // On the first stream, with its cuBLASLt.
   double matmul_seconds_per_step(int batch) override {
     return decode_matmul_seconds(model_, streams_[0].context, *allocator_, batch,
                                  LinearEpilogue::kBiasGelu);
@@ -232,7 +232,7 @@ class Gpt2Decoder final : public Decoder {
  private:
   template <typename T>
   TypedBuffer<T> allocate(std::size_t count) {
-    // NEW in chapter 06: every buffer is taken on the first stream and used by both.
+    // Every buffer is taken on the first stream and used by both.
     return TypedBuffer<T>(*allocator_, count, streams_[0].context.stream());
   }
 
@@ -256,9 +256,8 @@ class Gpt2Decoder final : public Decoder {
     return key;
   }
 
-  // NEW in chapter 05: the cache is no longer zeroed. Chapter 04's attention read every
-  // position, so the unused ones had to hold finite numbers; the fused attention never
-  // reads a position that has not been written.
+  // The cache is not zeroed: the fused attention never reads a position that
+  // has not been written.
   StaticKvCache allocate_kv_cache(int B, int capacity, cudaStream_t stream) {
     StaticKvCache cache;
     cache.capacity = capacity;
@@ -272,7 +271,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -309,7 +308,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the logits, [B, V] (in activations.logits).
@@ -323,7 +321,7 @@ class Gpt2Decoder final : public Decoder {
     layers(step, activations, B, [&](int layer_index, const float* qkv, float* attended) {
       float* keys = cache.layer_keys(layer_index);
       float* values = cache.layer_values(layer_index);
-      // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
+      // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       launch_fused_decode_attention(qkv, keys, values, cursor, cache.capacity, attended,
                                     cache.attention_workspace, B, H, C, stream);
@@ -347,7 +345,7 @@ class Gpt2Decoder final : public Decoder {
     float* attended = activations.attended;
     float* projected = activations.projected;
     float* expanded = activations.expanded;
-    // NEW in chapter 05: only the first LayerNorm stands alone; every later one is fused
+    // Only the first LayerNorm stands alone; every later one is fused
     // with the residual add before it.
     const DeviceLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
@@ -361,18 +359,18 @@ class Gpt2Decoder final : public Decoder {
         attend(layer_index, qkv, attended);
         step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, projected, rows, C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected and normed = ln_2(hidden), one kernel.
+        // hidden += projected and normed = ln_2(hidden), one kernel.
         launch_residual_layernorm(hidden, projected, layer.ln_2_weight, layer.ln_2_bias, normed,
                                   rows, C, eps, stream);
       }
       {
         NvtxRange range("mlp block");
-        // NEW in chapter 05: gelu(x W + b) in the matmul's epilogue, no GELU launch.
+        // gelu(x W + b) in the matmul's epilogue, no GELU launch.
         step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
                     LinearEpilogue::kBiasGelu);
         step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, rows, 4 * C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected, normalized for what comes next.
+        // hidden += projected, normalized for what comes next.
         const LayerNormParameters next = layernorm_after(layer_index);
         launch_residual_layernorm(hidden, projected, next.weight, next.bias, normed, rows, C, eps,
                                   stream);
@@ -386,7 +384,7 @@ class Gpt2Decoder final : public Decoder {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, fused with the last residual add (in the
+    // ln_f already ran, fused with the last residual add (in the
     // prefill over every position, a negligible cost once per generation); only each
     // row's last position predicts the next token.
     const float* last = activations.normed;
@@ -401,7 +399,7 @@ class Gpt2Decoder final : public Decoder {
     return activations.logits;
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP, fused with
+  // The LayerNorm that follows layer `layer_index`'s MLP, fused with
   // its residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};

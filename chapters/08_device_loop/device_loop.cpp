@@ -48,14 +48,14 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
   TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
   TypedBuffer<float> values;     ///< [n_layer, B, H, capacity, D]
   int capacity = 0;              ///< T + N positions
   std::size_t layer_floats = 0;  ///< B * capacity * C: one layer's keys (or values)
-  // NEW in chapter 05: the fused attention's scratch (each split's partial softmax state
+  // The fused attention's scratch (each split's partial softmax state
   // and a counter per head), zeroed once; every launch leaves the counters at zero
   // again, so the twelve layers and all the steps share it.
   TypedBuffer<char> attention_workspace;
@@ -64,7 +64,7 @@ struct StaticKvCache {
   float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
   TypedBuffer<float> hidden;     ///< [rows, C], the residual stream
@@ -77,7 +77,7 @@ struct Activations {
   TypedBuffer<float> logits;     ///< [B, V]
 };
 
-// NEW in chapter 05: a LayerNorm's parameters, [C] each.
+// A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
   const float* weight;
   const float* bias;
@@ -89,8 +89,8 @@ class Gpt2Decoder final : public Decoder {
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 08: one stream again, with its cuBLASLt and workspace: the host no
         // longer runs ahead of a check.
@@ -111,12 +111,12 @@ class Gpt2Decoder final : public Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     const TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens, stream);
     const Activations activations = allocate_activations(B, T);
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
@@ -127,7 +127,7 @@ class Gpt2Decoder final : public Decoder {
     const TypedBuffer<float> logits_history =
         logits.enabled() ? allocate<float>(static_cast<std::size_t>(max_new_tokens) * B * V)
                          : TypedBuffer<float>();
-    // NEW in chapter 07: what a captured generation froze and may differ between
+    // What a captured generation froze and may differ between
     // generations; equal to what the last capture froze, the graph is replayed.
     const GraphKey frozen = generation_graph_key(B, T, sequence, cache, activations, greedy, cursor,
                                                  next_tokens, logits_history);
@@ -213,7 +213,7 @@ class Gpt2Decoder final : public Decoder {
     return TypedBuffer<T>(*allocator_, count, step_.stream());
   }
 
-  // NEW in chapter 07: everything a captured generation froze that can change from one
+  // Everything a captured generation froze that can change from one
   // generation to the next: the sizes, and the address of every buffer it touches (the
   // weights and the cuBLASLt workspace stay for the decoder's life). Every generation
   // allocates its buffers anew, and the caching allocator hands back the same addresses
@@ -238,9 +238,8 @@ class Gpt2Decoder final : public Decoder {
     return key;
   }
 
-  // NEW in chapter 05: the cache is no longer zeroed. Chapter 04's attention read every
-  // position, so the unused ones had to hold finite numbers; the fused attention never
-  // reads a position that has not been written.
+  // The cache is not zeroed: the fused attention never reads a position that
+  // has not been written.
   StaticKvCache allocate_kv_cache(int B, int capacity, cudaStream_t stream) {
     StaticKvCache cache;
     cache.capacity = capacity;
@@ -254,7 +253,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -291,7 +290,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the logits, [B, V] (in activations.logits).
@@ -305,7 +303,7 @@ class Gpt2Decoder final : public Decoder {
     layers(step, activations, B, [&](int layer_index, const float* qkv, float* attended) {
       float* keys = cache.layer_keys(layer_index);
       float* values = cache.layer_values(layer_index);
-      // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
+      // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       launch_fused_decode_attention(qkv, keys, values, cursor, cache.capacity, attended,
                                     cache.attention_workspace, B, H, C, stream);
@@ -329,7 +327,7 @@ class Gpt2Decoder final : public Decoder {
     float* attended = activations.attended;
     float* projected = activations.projected;
     float* expanded = activations.expanded;
-    // NEW in chapter 05: only the first LayerNorm stands alone; every later one is fused
+    // Only the first LayerNorm stands alone; every later one is fused
     // with the residual add before it.
     const DeviceLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
@@ -343,18 +341,18 @@ class Gpt2Decoder final : public Decoder {
         attend(layer_index, qkv, attended);
         step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, projected, rows, C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected and normed = ln_2(hidden), one kernel.
+        // hidden += projected and normed = ln_2(hidden), one kernel.
         launch_residual_layernorm(hidden, projected, layer.ln_2_weight, layer.ln_2_bias, normed,
                                   rows, C, eps, stream);
       }
       {
         NvtxRange range("mlp block");
-        // NEW in chapter 05: gelu(x W + b) in the matmul's epilogue, no GELU launch.
+        // gelu(x W + b) in the matmul's epilogue, no GELU launch.
         step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
                     LinearEpilogue::kBiasGelu);
         step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, projected, rows, 4 * C, C,
                     LinearEpilogue::kBias);
-        // NEW in chapter 05: hidden += projected, normalized for what comes next.
+        // hidden += projected, normalized for what comes next.
         const LayerNormParameters next = layernorm_after(layer_index);
         launch_residual_layernorm(hidden, projected, next.weight, next.bias, normed, rows, C, eps,
                                   stream);
@@ -368,7 +366,7 @@ class Gpt2Decoder final : public Decoder {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, fused with the last residual add (in the
+    // ln_f already ran, fused with the last residual add (in the
     // prefill over every position, a negligible cost once per generation); only each
     // row's last position predicts the next token.
     const float* last = activations.normed;
@@ -383,7 +381,7 @@ class Gpt2Decoder final : public Decoder {
     return activations.logits;
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP, fused with
+  // The LayerNorm that follows layer `layer_index`'s MLP, fused with
   // its residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
