@@ -23,8 +23,8 @@
 //      (launch_static_cache_attention; the append is again a kernel of its own)
 //   3  chapter 05 as first written: append + flash-decoding in one kernel, the splits
 //      per (b, h) chosen from the SM count (4 blocks per SM over all heads: 2 splits
-//      at B = 32 on the H200), shares rounded to 32 positions - below, from commit
-//      6123541 (replaced in d4b833e)
+//      at B = 32 on a 132-SM GPU), shares rounded to 32 positions - kept below as
+//      chapter 05 first had it in kernels/cache_attention.cu, since replaced by version 4
 //   4  chapter 05 now: the same kernel with one block per 128 positions of the cache
 //      (1 split at N = 100: no merge through the workspace; 4 at N = 400)
 //      (launch_fused_decode_attention)
@@ -53,7 +53,7 @@ using ladder::DecodePosition;
 using ladder::KeyValueRows;
 using ladder::kWarpSize;
 
-// ---------------------------------------------------------------- version 3 (commit 6123541)
+// ---------------------------------------------------------------- version 3 (chapter 05 as first written)
 
 constexpr int kFirstFusedWarps = 4;
 constexpr int kFirstFusedThreads = kFirstFusedWarps * kWarpSize;
@@ -68,8 +68,8 @@ struct FirstSplitWorkspace {
   float* partial_values;  // [B * H, splits, D]
 };
 
-// Chapter 05's first fused kernel, as committed in 6123541 (kernels/cache_attention.cu,
-// fused_decode_attention_kernel): shares of ceil(L / splits) rounded up to 32 positions;
+// Chapter 05's first fused kernel (fused_decode_attention_kernel as
+// kernels/cache_attention.cu first had it): shares of ceil(L / splits) rounded up to 32 positions;
 // a split's state goes through the workspace and the last block of a (b, h) merges.
 // Today's fold_positions (kernels/online_softmax.cuh) folds its chunks.
 template <int kWidth, int kDims>
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kFirstFusedThreads, 5)
   if (threadIdx.x == 0) workspace.arrivals[head] = 0;
 }
 
-/// 6123541's split rule: about kFirstTargetBlocksPerSm blocks per SM over all heads,
+/// The first fused kernel's split rule: about kFirstTargetBlocksPerSm blocks per SM over all heads,
 /// at most one split per 32 positions of the cache and at most kFirstMaxSplits.
 int first_split_rule(int heads, int capacity, int sm_count) {
   const int most = std::clamp((capacity + kFirstPositionsPerChunk - 1) / kFirstPositionsPerChunk, 1,

@@ -15,7 +15,7 @@
 // Versions (the ladder's order):
 //   1  warp per row, eight rows to a block: LayerNorm (chapters 01-04 as first written)
 //   2  warp per row: residual add + LayerNorm (chapter 05 as first written)
-//      - both below, from commit 6123541 (kernels/layernorm.cu; replaced in d4b833e):
+//      - both below, as kernels/layernorm.cu first had them (since replaced by 3 and 4):
 //      at B = 32 that is 4 blocks on the whole GPU, and each lane loads the weight and
 //      bias only after both reductions
 //   3  block per row, a thread per 16-byte pack, every load issued before the first
@@ -44,7 +44,7 @@ using ladder::load_packed;
 using ladder::PackedFloats;
 using ladder::store_packed;
 
-// ---------------------------------------------------------------- versions 1, 2 (commit 6123541)
+// ---------------------------------------------------------------- versions 1, 2 (as first written)
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kWarpRowThreads = kRowsPerBlock * kWarpSize;

@@ -4,7 +4,7 @@
     python3 scripts/assemble_latest.py results/latest CALL1/ladder.tar.gz CALL2/ladder.tar.gz ...
     python3 scripts/render_results.py results/latest
 
-A main job rarely fits one call of a lent GPU: `scripts/gpu_check.sh ladder` writes the
+A main job may run in several calls on a GPU machine: `scripts/gpu_check.sh ladder` writes the
 chapters' files and run.json, and `scripts/gpu_check.sh pytorch` (once per precision, or
 cut by its time limit and run again) writes the pytorch_*.json files, each call into its
 own ladder.tar.gz. Each SOURCE is such an archive or a folder holding the files (directly

@@ -31,8 +31,7 @@
 #             c_fc (its third decode_matmul_fp32 launch), or with LADDER_NCU_PRODUCT=c_attn,
 #             c_proj, mlp_proj or lm_head that product, at each B of LADDER_NCU_BATCHES ("32 64"):
 #             ncu_product/PRODUCT.bB.txt, its report PRODUCT.bB.ncu-rep and the per-instruction
-#             source counters PRODUCT.bB.sass.csv (results/experiments/c_fc_ncu/README.md
-#             reads c_fc's); LADDER_NCU_CHAPTER=10: the same product of chapter 10 (its
+#             source counters PRODUCT.bB.sass.csv; LADDER_NCU_CHAPTER=10: the same product of chapter 10 (its
 #             decode_matmul_bf16 launches), into ncu_product/bf16_PRODUCT.bB.*
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
@@ -42,8 +41,9 @@
 #             job there across calls of one warm machine: the same command again skips
 #             what an earlier call finished (the chapters' run, each finished variant)
 # Logs go to $OUT (or ./gpu_check_out); a short summary is printed last.
-# LADDER_TIME_LIMIT=570 (seconds) keeps the whole call under a limit such as a device
-# tool's 600 s: each command gets what is left, and what finished is packed all the same.
+# A time limit in seconds for the whole run (the environment variable read below) keeps
+# it under a machine's wall-clock limit: each command gets what is left, and what
+# finished is packed all the same.
 # If ./.deps holds catch2 and nlohmann-json .deb files (for a machine without apt
 # access), they are unpacked and used.
 set -uo pipefail
@@ -56,9 +56,9 @@ stages=("$@")
 summary=()
 note() { summary+=("[${SECONDS} s] $1"); echo "== [${SECONDS} s] $1"; }  # seconds since the start
 wants() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
-# LADDER_TIME_LIMIT=S (seconds from this script's start; unset: no limit): every long
+# The time limit S (seconds from this script's start; unset: no limit): every long
 # command runs under `timeout` for what is left of S less LADDER_TIME_RESERVE (20 s), and
-# once nothing is left it does not start, so a call that a device's time limit would cut
+# once nothing is left it does not start, so a run that an outer time limit would cut
 # still ends here and packs what finished (the archives below). A command cut or not
 # started exits 124, which its stage reports as a failure; the summary names the limit.
 limited() {
@@ -78,7 +78,7 @@ limited() {
 time_limit_reached=0
 # first_cmake_error LOG: the text of the first "CMake Error" in a configure log, on one
 # line, and where the package is Debian's catch2 or nlohmann-json3-dev, how to bring it to
-# a machine without apt access (the GPU machines of a device tool: their catch2 is 3.x).
+# a machine without apt access (such as a GPU machine whose catch2 is 3.x).
 first_cmake_error() {
   local message
   message=$(awk '/CMake Error/ { found = 1; next }
@@ -255,10 +255,10 @@ if wants sanitize; then
     # number of cases. Cases tagged [cupti] are left out: they read what CUPTI traced, and
     # CUPTI cannot subscribe beside a sanitizer (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
     # Cases tagged [chapters] are left out too: they run chapters 09 and 10 as child
-    # processes, which racecheck ends with SIGSEGV once a WHILE node's body runs (session
-    # 12: all six [chapters][bf16] cases, exit 139); the chapters' own runs above cover them.
+    # processes, which racecheck ends with SIGSEGV once a WHILE node's body runs (all six
+    # [chapters][bf16] cases, exit 139); the chapters' own runs above cover them.
     # Cases tagged [sweep] run the products on many shapes for the arithmetic's sake: under
-    # racecheck two of them ran past 300 s (session 26, on an H100). The cases "each ...
+    # racecheck two of them run past 300 s. The cases "each ...
     # decode-matmul kernel, full and partial, on each way of summing splits" run every
     # kernel and summing path those sweeps run, and stay.
     exclude='~[cupti] ~[chapters] ~[sweep]'
@@ -270,7 +270,7 @@ if wants sanitize; then
       sweeps=$("$build/tests/gpu_tests" --list-test-names-only "${sweep_list%,}" | grep -vc '^$')
     fi
     # Cases whose graph runs the kernels in a WHILE node's body (names ending "WhileBody")
-    # are left out as well: racecheck ends those processes with SIGSEGV (session 12, all four,
+    # are left out as well: racecheck ends those processes with SIGSEGV (all four,
     # 0 hazards reported); their kernels run under racecheck in the stream and graph cases.
     mapfile -t listed < <("$build/tests/gpu_tests" --list-test-names-only "${spec_list%,}" |
                             grep -v '^$')

@@ -3,12 +3,11 @@
 
     python3 scripts/refresh_source_times.py BUILD_DIR [ROOT]
 
-A GPU machine lent by a device tool keeps the ignored build directory between the calls
-of one session, and copies the working tree afresh for each call. Ninja rebuilds a target
-when one of its sources is newer than it; a copied file can be older than the object
-built from another version of it in an earlier call (a patch applied in one call is gone
-in the next), and ninja then keeps the stale object. Session 25 measured such a binary
-and then failed to link another (results/experiments/session25_h100/README.md).
+A GPU machine that keeps the ignored build directory between runs but copies the working
+tree afresh for each run confuses Ninja: it rebuilds a target when one of its sources is
+newer than it, and a copied file can be older than the object built from another version
+of it in an earlier run (a patch applied in one run is gone in the next), so ninja keeps
+the stale object: a binary measured from the wrong source, or a link that fails.
 
 This compares the content of every source file under ROOT (default: this repository):
 CMakeLists.txt, CMakePresets.json and the files in bench/, chapters/, common/, kernels/

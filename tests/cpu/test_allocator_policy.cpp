@@ -718,9 +718,9 @@ TEST_CASE("a growing KV cache fragments the caching allocator, not the expandabl
 }
 
 // The replay of chapters 02 and 03 (run_chapter02_generation) is the chapters' own sequence:
-// with the allocators of commit 66339a9 it gave, byte for byte, the memory columns of the
-// H200 run committed at that commit for all six configurations of the expandable
-// allocator, and the caching allocator's within one 2 MiB small segment.
+// it reproduces, byte for byte, the memory columns that chapter 03 measured on a GPU for all
+// six configurations of the expandable allocator, and chapter 02's caching allocator's
+// within one 2 MiB small segment.
 TEMPLATE_TEST_CASE("chapters 02 and 03's allocations on the committed workload: the memory columns",
                    "[allocator]", CachingAllocator, ExpandableAllocator) {
   FakeDevice device;

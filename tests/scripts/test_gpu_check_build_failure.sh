@@ -5,8 +5,8 @@
 #   bash tests/scripts/test_gpu_check_build_failure.sh
 #
 # Runs `gpu_check.sh test` on any machine with stand-ins for nvidia-smi and cmake. Checked:
-# a configure that fails the way a GPU machine with Catch2 3.x and no .deps/ does (session
-# 16's first call) exits 1 with a summary that names CMake's error and how to bring Debian's
+# a configure that fails the way a GPU machine with Catch2 3.x and no .deps/ does
+# exits 1 with a summary that names CMake's error and how to bring Debian's
 # packages, and prints the configure log's tail without an error of its own (the script
 # once ran `tail -40` over two files, one missing: "tail: option used in invalid
 # context"); a build that fails exits 1 with "build: FAILED (logs/build.log)" and the build

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# tests/scripts/test_gpu_check_time_limit.sh - scripts/gpu_check.sh under LADDER_TIME_LIMIT
+# tests/scripts/test_gpu_check_time_limit.sh - scripts/gpu_check.sh under its time limit
 # cuts a stage that runs past the limit, starts none after it, and still packs what the cut
 # stage had finished.
 #
 #   bash tests/scripts/test_gpu_check_time_limit.sh
 #
 # Runs `gpu_check.sh pytorch profile` on any machine with stand-ins: nvidia-smi, cmake, and a python3
-# that writes one variant's file into --out, then sleeps a minute (the PyTorch baseline that
-# a device call's limit once cut, its finished variants lost with it). Checked: with
-# LADDER_TIME_LIMIT=6 and no reserve the call ends within 20 s, exits 0, its summary reports
+# that writes one variant's file into --out, then sleeps a minute (a PyTorch baseline cut by
+# the limit, whose finished variants must not be lost with it). Checked: with a limit of
+# 6 s and no reserve the run ends within 20 s, exits 0, its summary reports
 # the pytorch stage failed and names the limit, the profile stage never started its script,
 # and $OUT/ladder.tar.gz holds the finished variant's file; without the limit (the stand-in
 # sleeping 1 s) the summary does not mention it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/scripts/test_run_tables.py - the two tables made of a device call's raw files:
+"""tests/scripts/test_run_tables.py - the two tables made of a GPU run's raw files:
 scripts/compare_runs.py sets two runs' chapters side by side (ratios, token hashes, the
 configurations only one run holds counted), and scripts/ncu_step_table.py groups an ncu
 raw CSV's kernels by name and grid (thousands separators, the units row and the lines
