@@ -48,14 +48,14 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
   TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
   TypedBuffer<float> values;     ///< [n_layer, B, H, capacity, D]
   int capacity = 0;              ///< T + N positions
   std::size_t layer_floats = 0;  ///< B * capacity * C: one layer's keys (or values)
-  // NEW in chapter 05: the fused attention's scratch (each split's partial softmax state
+  // The fused attention's scratch (each split's partial softmax state
   // and a counter per head), zeroed once; every launch leaves the counters at zero
   // again, so the twelve layers and all the steps share it.
   TypedBuffer<char> attention_workspace;
@@ -64,7 +64,7 @@ struct StaticKvCache {
   float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
   TypedBuffer<float> hidden;    ///< [rows, C], the residual stream
@@ -80,7 +80,7 @@ struct Activations {
   TypedBuffer<std::int32_t> candidate_indices;
 };
 
-// NEW in chapter 05: a LayerNorm's parameters, [C] each.
+// A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
   const float* weight;
   const float* bias;
@@ -92,15 +92,15 @@ class Gpt2Decoder final : public Decoder {
       : model_(model),
         config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 09: the step's products on the decode kernels, every matrix
         // weight packed once, here, into the layout they stream; --tf32 picks the TF32 ones.
         // Each is a programmatic dependent launch: it streams its first weight chunks
         // while the kernel before it finishes, and waits for it before reading x.
         step_(model, options.allow_tf32, DecodeLaunch::kProgrammatic) {
-    // NEW in chapter 08: a GPU or driver without conditional graph nodes stops here.
+    // A GPU or driver without conditional graph nodes stops here.
     require_conditional_nodes();
   }
 
@@ -116,23 +116,23 @@ class Gpt2Decoder final : public Decoder {
     // The prompts, [B, T]; only the prefill reads them.
     const TypedBuffer<std::int32_t> sequence = upload_prompt_tokens(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens, stream);
     const Activations activations = allocate_activations(B, T, logits.enabled());
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
     CUDA_CHECK(cudaMemcpyAsync(cursor, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
 
-    // NEW in chapter 08: the loop runs on the GPU, so the logits the tests compare
+    // The loop runs on the GPU, so the logits the tests compare
     // (--dump-logits) stay there until it ends, one row of [N, B, V] per step.
     const TypedBuffer<float> logits_history =
         logits.enabled() ? allocate<float>(static_cast<std::size_t>(max_new_tokens) * B * V)
                          : TypedBuffer<float>();
-    // NEW in chapter 07: what a captured generation froze and may differ between
+    // What a captured generation froze and may differ between
     // generations; equal to what the last capture froze, the graph is replayed.
     const GraphKey frozen = generation_graph_key(B, T, sequence, cache, activations, greedy, cursor,
                                                  next_tokens, logits_history);
@@ -140,7 +140,7 @@ class Gpt2Decoder final : public Decoder {
     GenerationOutput output;
     output.batch = B;
     const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
-    // NEW in chapter 08: one step's forward pass - the prefill at step 0 - and, for the
+    // One step's forward pass - the prefill at step 0 - and, for the
     // tests, its logits kept in the step's row.
     // NEW in chapter 09: it returns the LM head's argmax candidates.
     const auto forward = [&](bool prefill_step) -> ArgmaxCandidates {
@@ -154,7 +154,7 @@ class Gpt2Decoder final : public Decoder {
     };
     CudaGraphExec* generation = generation_graph_.find(frozen);
     if (generation == nullptr) {
-      // NEW in chapter 08: the first generation of this shape runs its first two steps
+      // The first generation of this shape runs its first two steps
       // plainly (every kernel is loaded), then puts back what the generation starts
       // from: no row finished, the cursor at the prompt's last token. The rest they
       // wrote, the graph writes again before reading it.
@@ -164,7 +164,7 @@ class Gpt2Decoder final : public Decoder {
       CUDA_CHECK(cudaMemsetAsync(greedy.state().finished, 0, sizeof(std::int32_t) * B, stream));
       CUDA_CHECK(cudaMemcpyAsync(cursor, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
 
-      // NEW in chapter 08: the generation graph. The condition starts every launch at 0;
+      // The generation graph. The condition starts every launch at 0;
       // the prefill's argmax sets it, then the WHILE node runs its body - a decode step
       // and its argmax, which sets it again - until it is 0.
       CudaGraph graph = CudaGraph::create();
@@ -188,7 +188,7 @@ class Gpt2Decoder final : public Decoder {
       generation = &generation_graph_.store(frozen, CudaGraphExec(graph, "generation"));
     }
 
-    // NEW in chapter 08: the whole generation is one launch and one wait. A fault in any
+    // The whole generation is one launch and one wait. A fault in any
     // step surfaces at the wait, named.
     generation->launch(stream);
     synchronize_stage(stream, "the generation graph");
@@ -220,13 +220,13 @@ class Gpt2Decoder final : public Decoder {
     return TypedBuffer<T>(*allocator_, count, step_.stream());
   }
 
-  // NEW in chapter 07: everything a captured generation froze that can change from one
+  // Everything a captured generation froze that can change from one
   // generation to the next: the sizes, and the address of every buffer it touches (the
   // weights and the matmul workspace stay for the decoder's life). Every generation
   // allocates its buffers anew, and the caching allocator hands back the same addresses
   // for the same requests, so the next generation of a shape replays; any other shape,
   // or a buffer that moved, means a new capture.
-  // NEW in chapter 08: the prefill's buffers and the logits kept for the tests too.
+  // That includes the prefill's buffers and the logits kept for the tests.
   static GraphKey generation_graph_key(int B, int T, const std::int32_t* sequence,
                                        const StaticKvCache& cache, const Activations& activations,
                                        const GreedyBuffers& greedy, const DecodePosition* cursor,
@@ -259,9 +259,8 @@ class Gpt2Decoder final : public Decoder {
     return key;
   }
 
-  // NEW in chapter 05: the cache is no longer zeroed. Chapter 04's attention read every
-  // position, so the unused ones had to hold finite numbers; the fused attention never
-  // reads a position that has not been written.
+  // The cache is not zeroed: the fused attention never reads a position that
+  // has not been written.
   StaticKvCache allocate_kv_cache(int B, int capacity, cudaStream_t stream) {
     StaticKvCache cache;
     cache.capacity = capacity;
@@ -275,7 +274,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T, bool keep_logits) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -317,7 +316,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the LM head's argmax candidates (logits: as prefill).
@@ -332,7 +330,7 @@ class Gpt2Decoder final : public Decoder {
     layers(step, activations, B, [&](int layer_index, const float* qkv, float* attended) {
       float* keys = cache.layer_keys(layer_index);
       float* values = cache.layer_values(layer_index);
-      // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
+      // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       // NEW in chapter 09: launched as the products are (step.launch()), so its blocks
       // are resident, waiting for c_attn, before c_attn has finished.
@@ -384,7 +382,7 @@ class Gpt2Decoder final : public Decoder {
       }
       {
         NvtxRange range("mlp block");
-        // NEW in chapter 05: gelu(x W + b) in the matmul's epilogue, no GELU launch.
+        // gelu(x W + b) in the product's epilogue, no GELU launch.
         step.linear(normed, packed.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
                     DecodeEpilogue::kBiasGelu);
         // NEW in chapter 09: hidden += expanded W + b, then normalized for what comes next.
@@ -405,7 +403,7 @@ class Gpt2Decoder final : public Decoder {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, after the last residual add (in the prefill
+    // ln_f already ran, after the last residual add (in the prefill
     // over every position, a negligible cost once per generation); only each row's last
     // position predicts the next token.
     const float* last = activations.normed;
@@ -422,7 +420,7 @@ class Gpt2Decoder final : public Decoder {
                         activations.candidate_indices, B, C, config_.vocab_size);
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP and its
+  // The LayerNorm that follows layer `layer_index`'s MLP and its
   // residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
@@ -435,7 +433,7 @@ class Gpt2Decoder final : public Decoder {
   const int eos_token_id_;
   std::unique_ptr<DeviceAllocator> allocator_;
   DecodeStepContext step_;
-  // NEW in chapter 08: the generation as a graph, kept while the shape holds.
+  // The generation as a graph, kept while the shape holds.
   GraphCache<CudaGraphExec> generation_graph_;
 };
 

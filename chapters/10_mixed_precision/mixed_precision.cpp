@@ -52,7 +52,7 @@ using namespace ladder;
 // NEW in chapter 10: every stored number below is a bf16 unless it says otherwise.
 using bf16 = __nv_bfloat16;
 
-// NEW in chapter 04: room for the keys and values of every position the run can reach,
+// Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 // NEW in chapter 10: in bf16, exact copies of the rounded qkv (R4): half the bytes
 // every step reads back.
@@ -66,7 +66,7 @@ struct StaticKvCache {
   bf16* layer_values(int layer_index) const { return values + layer_index * layer_elements; }
 };
 
-// NEW in chapter 04: every activation of a step, allocated once, sized for the
+// Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 // NEW in chapter 10: in bf16, the prefill's rows position-major (row t B + b).
 struct Activations {
@@ -75,14 +75,14 @@ struct Activations {
   TypedBuffer<bf16> qkv;       ///< [rows, 3C]
   TypedBuffer<bf16> attended;  ///< [rows, C]
   TypedBuffer<bf16> expanded;  ///< [rows, 4C], the MLP's hidden layer, after the GELU
-  // NEW in chapter 09: the logits only when the tests ask for them (--dump-logits); the
+  // The logits only when the tests ask for them (--dump-logits); the
   // argmax reads the LM head's candidates, [B, ceil(V / 64)].
   TypedBuffer<float> logits;  ///< [B, V] fp32, or empty
   TypedBuffer<float> candidate_values;
   TypedBuffer<std::int32_t> candidate_indices;
 };
 
-// NEW in chapter 05: a LayerNorm's parameters, [C] each.
+// A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
   const bf16* weight;
   const bf16* bias;
@@ -93,14 +93,14 @@ class Gpt2Decoder final : public Decoder {
   Gpt2Decoder(const DeviceModel& model, const DecoderOptions& options)
       : config_(model.config()),
         eos_token_id_(options.eos_token_id),
-        // NEW in chapter 04: back to the default caching allocator. Nothing grows any more
-        // and nothing is allocated in the loop, so there is nothing left for it to strand.
+        // The default caching allocator: nothing grows and nothing is allocated in
+        // the loop, so there is nothing for it to strand.
         allocator_(make_device_allocator("caching")),
         // NEW in chapter 10: the decoder's own copy of the weights, every parameter
         // rounded to bf16 once, here, the matrices packed for the bf16 decode kernels.
         model_(*options.weights),
         step_(DecodeLaunch::kProgrammatic) {
-    // NEW in chapter 08: a GPU or driver without conditional graph nodes stops here.
+    // A GPU or driver without conditional graph nodes stops here.
     require_conditional_nodes();
   }
 
@@ -118,23 +118,23 @@ class Gpt2Decoder final : public Decoder {
     const PositionMajorPrompts sequence =
         upload_position_major_prompts(*allocator_, prompts, stream);
     const GreedyBuffers greedy(*allocator_, prompts, max_new_tokens, eos_token_id_, stream);
-    // NEW in chapter 04: everything the loop touches is allocated here, once, for the
+    // Everything the loop touches is allocated here, once, for the
     // longest the run can get (Hugging Face's StaticCache: max_cache_len = T + N).
     const StaticKvCache cache = allocate_kv_cache(B, T + max_new_tokens);
     const Activations activations = allocate_activations(B, T, logits.enabled());
     const TypedBuffer<std::int32_t> next_tokens = allocate<std::int32_t>(B);
-    // NEW in chapter 04: where the loop stands lives on the device. Step 0 (the prefill)
+    // Where the loop stands lives on the device. Step 0 (the prefill)
     // predicts from the prompt's last token, at position T - 1; every argmax advances it.
     const TypedBuffer<DecodePosition> cursor = allocate<DecodePosition>(1);
     const DecodePosition start{/*step=*/0, /*position=*/T - 1};
     CUDA_CHECK(cudaMemcpyAsync(cursor, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
 
-    // NEW in chapter 08: the loop runs on the GPU, so the logits the tests compare
+    // The loop runs on the GPU, so the logits the tests compare
     // (--dump-logits) stay there until it ends, one row of [N, B, V] per step.
     const TypedBuffer<float> logits_history =
         logits.enabled() ? allocate<float>(static_cast<std::size_t>(max_new_tokens) * B * V)
                          : TypedBuffer<float>();
-    // NEW in chapter 07: what a captured generation froze and may differ between
+    // What a captured generation froze and may differ between
     // generations; equal to what the last capture froze, the graph is replayed.
     const GraphKey frozen = generation_graph_key(B, T, sequence, cache, activations, greedy, cursor,
                                                  next_tokens, logits_history);
@@ -142,9 +142,9 @@ class Gpt2Decoder final : public Decoder {
     GenerationOutput output;
     output.batch = B;
     const std::uint64_t allocations_before_loop = allocator_->stats().allocations;
-    // NEW in chapter 08: one step's forward pass - the prefill at step 0 - and, for the
+    // One step's forward pass - the prefill at step 0 - and, for the
     // tests, its logits kept in the step's row.
-    // NEW in chapter 09: it returns the LM head's argmax candidates.
+    // It returns the LM head's argmax candidates.
     const auto forward = [&](bool prefill_step) -> ArgmaxCandidates {
       const ArgmaxCandidates candidates =
           prefill_step ? prefill(step_, sequence, B, T, cache, activations)
@@ -156,7 +156,7 @@ class Gpt2Decoder final : public Decoder {
     };
     CudaGraphExec* generation = generation_graph_.find(frozen);
     if (generation == nullptr) {
-      // NEW in chapter 08: the first generation of this shape runs its first two steps
+      // The first generation of this shape runs its first two steps
       // plainly (every kernel is loaded), then puts back what the generation starts
       // from: no row finished, the cursor at the prompt's last token. The rest they
       // wrote, the graph writes again before reading it.
@@ -166,7 +166,7 @@ class Gpt2Decoder final : public Decoder {
       CUDA_CHECK(cudaMemsetAsync(greedy.state().finished, 0, sizeof(std::int32_t) * B, stream));
       CUDA_CHECK(cudaMemcpyAsync(cursor, &start, sizeof(start), cudaMemcpyHostToDevice, stream));
 
-      // NEW in chapter 08: the generation graph. The condition starts every launch at 0;
+      // The generation graph. The condition starts every launch at 0;
       // the prefill's argmax sets it, then the WHILE node runs its body - a decode step
       // and its argmax, which sets it again - until it is 0.
       CudaGraph graph = CudaGraph::create();
@@ -190,7 +190,7 @@ class Gpt2Decoder final : public Decoder {
       generation = &generation_graph_.store(frozen, CudaGraphExec(graph, "generation"));
     }
 
-    // NEW in chapter 08: the whole generation is one launch and one wait. A fault in any
+    // The whole generation is one launch and one wait. A fault in any
     // step surfaces at the wait, named.
     generation->launch(stream);
     synchronize_stage(stream, "the generation graph");
@@ -222,13 +222,13 @@ class Gpt2Decoder final : public Decoder {
     return TypedBuffer<T>(*allocator_, count, step_.stream());
   }
 
-  // NEW in chapter 07: everything a captured generation froze that can change from one
+  // Everything a captured generation froze that can change from one
   // generation to the next: the sizes, and the address of every buffer it touches (the
   // weights and the matmul workspace stay for the decoder's life). Every generation
   // allocates its buffers anew, and the caching allocator hands back the same addresses
   // for the same requests, so the next generation of a shape replays; any other shape,
   // or a buffer that moved, means a new capture.
-  // NEW in chapter 08: the prefill's buffers and the logits kept for the tests too.
+  // That includes the prefill's buffers and the logits kept for the tests.
   static GraphKey generation_graph_key(int B, int T, const PositionMajorPrompts& sequence,
                                        const StaticKvCache& cache, const Activations& activations,
                                        const GreedyBuffers& greedy, const DecodePosition* cursor,
@@ -261,9 +261,8 @@ class Gpt2Decoder final : public Decoder {
     return key;
   }
 
-  // NEW in chapter 05: the cache is no longer zeroed. Chapter 04's attention read every
-  // position, so the unused ones had to hold finite numbers; the fused attention never
-  // reads a position that has not been written.
+  // The cache is not zeroed: the fused attention never reads a position that
+  // has not been written.
   // NEW in chapter 10: the bf16 attention is one block per (b, h): no workspace.
   StaticKvCache allocate_kv_cache(int B, int capacity) {
     StaticKvCache cache;
@@ -274,7 +273,7 @@ class Gpt2Decoder final : public Decoder {
     return cache;
   }
 
-  // NEW in chapter 04: one buffer per kind of activation, big enough for the prefill.
+  // One buffer per kind of activation, big enough for the prefill.
   Activations allocate_activations(int B, int T, bool keep_logits) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
@@ -284,7 +283,7 @@ class Gpt2Decoder final : public Decoder {
     activations.qkv = allocate<bf16>(rows * 3 * C);
     activations.attended = allocate<bf16>(rows * C);
     activations.expanded = allocate<bf16>(rows * 4 * C);
-    // NEW in chapter 09: the LM head's candidates, and the logits only when kept.
+    // The LM head's candidates, and the logits only when kept.
     const std::size_t candidates =
         static_cast<std::size_t>(B) * decode_lm_head_candidates(config_.vocab_size);
     if (keep_logits)
@@ -320,7 +319,6 @@ class Gpt2Decoder final : public Decoder {
     return lm_head(step, activations, B, T);
   }
 
-  // NEW in chapter 04: the decode step reads its position from the cursor on the device.
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the LM head's argmax candidates (logits: as prefill).
@@ -335,10 +333,10 @@ class Gpt2Decoder final : public Decoder {
     layers(step, activations, B, [&](int layer_index, const bf16* qkv, bf16* attended) {
       bf16* keys = cache.layer_keys(layer_index);
       bf16* values = cache.layer_values(layer_index);
-      // NEW in chapter 05: append k, v at p and attend over the L = p + 1 valid positions
+      // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       // NEW in chapter 10: the bf16 cache read in 16-byte pieces, the softmax in fp32.
-      // NEW in chapter 09: launched as the products are (step.launch()), so its blocks
+      // Launched as the products are (step.launch()), so its blocks
       // are resident, waiting for c_attn, before c_attn has finished.
       launch_decode_attention_bf16(qkv, keys, values, cursor, cache.capacity, attended, B, H, C,
                                    stream, LaunchDependents::kAtStart, step.launch());
@@ -363,7 +361,7 @@ class Gpt2Decoder final : public Decoder {
     bf16* expanded = activations.expanded;
     // The first LayerNorm; every later one follows a product whose epilogue already added
     // its output to the residual stream.
-    // NEW in chapter 09: every LayerNorm launches as the products do (step.launch()): its
+    // Every LayerNorm launches as the products do (step.launch()): its
     // blocks load its weight and bias while the kernel before finishes.
     const LaunchDependents dependents = LaunchDependents::kAtStart;
     const BfloatDeviceLayer first_layer = model_.layer(0);
@@ -377,7 +375,7 @@ class Gpt2Decoder final : public Decoder {
         step.linear(normed, layer.qkv_weight, layer.qkv_bias, qkv, rows, C, 3 * C,
                     DecodeEpilogue::kBias);
         attend(layer_index, qkv, attended);
-        // NEW in chapter 09: hidden += attended W + b in the product's epilogue, so what
+        // hidden += attended W + b in the product's epilogue, so what
         // follows is a LayerNorm of one input.
         step.linear(attended, layer.attn_proj_weight, layer.attn_proj_bias, hidden, rows, C, C,
                     DecodeEpilogue::kBiasResidual);
@@ -386,10 +384,10 @@ class Gpt2Decoder final : public Decoder {
       }
       {
         NvtxRange range("mlp block");
-        // NEW in chapter 05: gelu(x W + b) in the matmul's epilogue, no GELU launch.
+        // gelu(x W + b) in the product's epilogue, no GELU launch.
         step.linear(normed, layer.fc_weight, layer.fc_bias, expanded, rows, C, 4 * C,
                     DecodeEpilogue::kBiasGelu);
-        // NEW in chapter 09: hidden += expanded W + b, then normalized for what comes next.
+        // hidden += expanded W + b, then normalized for what comes next.
         step.linear(expanded, layer.mlp_proj_weight, layer.mlp_proj_bias, hidden, rows, 4 * C, C,
                     DecodeEpilogue::kBiasResidual);
         const LayerNormParameters next = layernorm_after(layer_index);
@@ -407,12 +405,12 @@ class Gpt2Decoder final : public Decoder {
                            int T) {
     NvtxRange range("lm head");
     const int C = config_.n_embd;
-    // NEW in chapter 05: ln_f already ran, after the last residual add (in the prefill
+    // ln_f already ran, after the last residual add (in the prefill
     // over every position, a negligible cost once per generation); only each row's last
     // position predicts the next token.
     // NEW in chapter 10: position-major, the last position's B rows are the last B rows.
     const bf16* last = activations.normed + row_offset((T - 1) * B, C);
-    // NEW in chapter 09: logits = x wte^T and each 64-column tile's best (value, index)
+    // logits = x wte^T and each 64-column tile's best (value, index)
     // per row, the argmax's first pass, in one kernel.
     // NEW in chapter 10: bf16 inputs, fp32 sums, fp32 logits: the argmax compares fp32.
     return step.lm_head(last, model_.lm_head_weight(), activations.logits,
@@ -424,7 +422,7 @@ class Gpt2Decoder final : public Decoder {
     return static_cast<std::size_t>(row) * static_cast<std::size_t>(columns);
   }
 
-  // NEW in chapter 05: the LayerNorm that follows layer `layer_index`'s MLP and its
+  // The LayerNorm that follows layer `layer_index`'s MLP and its
   // residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
@@ -437,7 +435,7 @@ class Gpt2Decoder final : public Decoder {
   std::unique_ptr<DeviceAllocator> allocator_;
   const BfloatDeviceModel model_;
   BfloatDecodeStepContext step_;
-  // NEW in chapter 08: the generation as a graph, kept while the shape holds.
+  // The generation as a graph, kept while the shape holds.
   GraphCache<CudaGraphExec> generation_graph_;
 };
 
