@@ -48,42 +48,50 @@ namespace {
 
 using namespace ladder;
 
+// The step's precision, in one place: every number it stores between kernels (the
+// activations and the KV cache) is a Value, and the step context and the model's layers
+// are the ones whose kernels read and write Values. The logits and the argmax's
+// candidates stay fp32 whatever Value is.
+using Value = float;
+using StepContext = DecodeStepContext;
+using ModelLayer = DeviceLayer;
+
 // Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 struct StaticKvCache {
-  TypedBuffer<float> keys;       ///< [n_layer, B, H, capacity, D]
-  TypedBuffer<float> values;     ///< [n_layer, B, H, capacity, D]
-  int capacity = 0;              ///< T + N positions
-  std::size_t layer_floats = 0;  ///< B * capacity * C: one layer's keys (or values)
+  TypedBuffer<Value> keys;         ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<Value> values;       ///< [n_layer, B, H, capacity, D]
+  int capacity = 0;                ///< T + N positions
+  std::size_t layer_elements = 0;  ///< B * capacity * C: one layer's keys (or values)
   // The fused attention's scratch (each split's partial softmax state
   // and a counter per head), zeroed once; every launch leaves the counters at zero
   // again, so the twelve layers and all the steps share it.
   TypedBuffer<char> attention_workspace;
 
-  float* layer_keys(int layer_index) const { return keys + layer_index * layer_floats; }
-  float* layer_values(int layer_index) const { return values + layer_index * layer_floats; }
+  Value* layer_keys(int layer_index) const { return keys + layer_index * layer_elements; }
+  Value* layer_values(int layer_index) const { return values + layer_index * layer_elements; }
 };
 
 // Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 struct Activations {
-  TypedBuffer<float> hidden;    ///< [rows, C], the residual stream
-  TypedBuffer<float> normed;    ///< [rows, C], a LayerNorm's output
-  TypedBuffer<float> qkv;       ///< [rows, 3C]
-  TypedBuffer<float> attended;  ///< [rows, C]
-  TypedBuffer<float> expanded;  ///< [rows, 4C], the MLP's hidden layer, after the GELU
-  TypedBuffer<float> last;      ///< [B, C], each row's last prompt position, after ln_f
+  TypedBuffer<Value> hidden;    ///< [rows, C], the residual stream
+  TypedBuffer<Value> normed;    ///< [rows, C], a LayerNorm's output
+  TypedBuffer<Value> qkv;       ///< [rows, 3C]
+  TypedBuffer<Value> attended;  ///< [rows, C]
+  TypedBuffer<Value> expanded;  ///< [rows, 4C], the MLP's hidden layer, after the GELU
+  TypedBuffer<Value> last;      ///< [B, C], each row's last prompt position, after ln_f
   // NEW in chapter 09: the logits only when the tests ask for them (--dump-logits); the
   // argmax reads the LM head's candidates, [B, ceil(V / 64)].
-  TypedBuffer<float> logits;  ///< [B, V], or empty
+  TypedBuffer<float> logits;  ///< [B, V] fp32, or empty
   TypedBuffer<float> candidate_values;
   TypedBuffer<std::int32_t> candidate_indices;
 };
 
 // A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
-  const float* weight;
-  const float* bias;
+  const Value* weight;
+  const Value* bias;
 };
 
 class Gpt2Decoder final : public Decoder {
@@ -264,9 +272,9 @@ class Gpt2Decoder final : public Decoder {
   StaticKvCache allocate_kv_cache(int B, int capacity, cudaStream_t stream) {
     StaticKvCache cache;
     cache.capacity = capacity;
-    cache.layer_floats = static_cast<std::size_t>(B) * capacity * config_.n_embd;
-    cache.keys = allocate<float>(config_.n_layer * cache.layer_floats);
-    cache.values = allocate<float>(config_.n_layer * cache.layer_floats);
+    cache.layer_elements = static_cast<std::size_t>(B) * capacity * config_.n_embd;
+    cache.keys = allocate<Value>(config_.n_layer * cache.layer_elements);
+    cache.values = allocate<Value>(config_.n_layer * cache.layer_elements);
     cache.attention_workspace = allocate<char>(
         fused_decode_attention_workspace_bytes(B, config_.n_head, config_.n_embd, capacity));
     CUDA_CHECK(
@@ -279,12 +287,12 @@ class Gpt2Decoder final : public Decoder {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
     Activations activations;
-    activations.hidden = allocate<float>(rows * C);
-    activations.normed = allocate<float>(rows * C);
-    activations.qkv = allocate<float>(rows * 3 * C);
-    activations.attended = allocate<float>(rows * C);
-    activations.expanded = allocate<float>(rows * 4 * C);
-    activations.last = allocate<float>(static_cast<std::size_t>(B) * C);
+    activations.hidden = allocate<Value>(rows * C);
+    activations.normed = allocate<Value>(rows * C);
+    activations.qkv = allocate<Value>(rows * 3 * C);
+    activations.attended = allocate<Value>(rows * C);
+    activations.expanded = allocate<Value>(rows * 4 * C);
+    activations.last = allocate<Value>(static_cast<std::size_t>(B) * C);
     // NEW in chapter 09: the LM head's candidates, and the logits only when kept.
     const std::size_t candidates =
         static_cast<std::size_t>(B) * decode_lm_head_candidates(config_.vocab_size);
@@ -299,7 +307,7 @@ class Gpt2Decoder final : public Decoder {
   /// last position (and its logits [B, V] in activations.logits when kept), and leaves
   /// every layer's keys and values of the T positions in cache positions 0 .. T - 1. Its
   /// attention stays chapter 04's: the fused attention is for one query per row.
-  ArgmaxCandidates prefill(DecodeStepContext& step, const std::int32_t* tokens, int B, int T,
+  ArgmaxCandidates prefill(StepContext& step, const std::int32_t* tokens, int B, int T,
                            const StaticKvCache& cache, const Activations& activations) {
     NvtxRange prefill_range("prefill");
     const cudaStream_t stream = step.stream();
@@ -307,7 +315,7 @@ class Gpt2Decoder final : public Decoder {
     const int H = config_.n_head;
     launch_sequence_embedding(tokens, model_.token_embedding(), model_.position_embedding(),
                               activations.hidden, B, T, /*first_position=*/0, C, stream);
-    layers(step, activations, B * T, [&](int layer_index, const float* qkv, float* attended) {
+    layers(step, activations, B * T, [&](int layer_index, const Value* qkv, Value* attended) {
       // This layer's keys and values of positions 0 .. T - 1 stay, in the static cache.
       launch_store_kv_sequence(qkv, cache.layer_keys(layer_index), cache.layer_values(layer_index),
                                /*first_position=*/0, T, cache.capacity, B, H, C, stream);
@@ -319,7 +327,7 @@ class Gpt2Decoder final : public Decoder {
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the LM head's argmax candidates (logits: as prefill).
-  ArgmaxCandidates decode_step(DecodeStepContext& step, const std::int32_t* tokens,
+  ArgmaxCandidates decode_step(StepContext& step, const std::int32_t* tokens,
                                const DecodePosition* cursor, int B, const StaticKvCache& cache,
                                const Activations& activations) {
     const cudaStream_t stream = step.stream();
@@ -327,9 +335,9 @@ class Gpt2Decoder final : public Decoder {
     const int H = config_.n_head;
     launch_embedding_at_cursor(tokens, cursor, model_.token_embedding(),
                                model_.position_embedding(), activations.hidden, B, C, stream);
-    layers(step, activations, B, [&](int layer_index, const float* qkv, float* attended) {
-      float* keys = cache.layer_keys(layer_index);
-      float* values = cache.layer_values(layer_index);
+    layers(step, activations, B, [&](int layer_index, const Value* qkv, Value* attended) {
+      Value* keys = cache.layer_keys(layer_index);
+      Value* values = cache.layer_values(layer_index);
       // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       // NEW in chapter 09: launched as the products are (step.launch()), so its blocks
@@ -346,26 +354,26 @@ class Gpt2Decoder final : public Decoder {
   /// `attend(layer_index, qkv, attended)` turns the layer's qkv [rows, 3C] into its
   /// attention output [rows, C].
   template <typename Attention>
-  void layers(DecodeStepContext& step, const Activations& activations, int rows,
+  void layers(StepContext& step, const Activations& activations, int rows,
               const Attention& attend) {
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
     const float eps = config_.layer_norm_epsilon;
-    float* hidden = activations.hidden;
-    float* normed = activations.normed;
-    float* qkv = activations.qkv;
-    float* attended = activations.attended;
-    float* expanded = activations.expanded;
+    Value* hidden = activations.hidden;
+    Value* normed = activations.normed;
+    Value* qkv = activations.qkv;
+    Value* attended = activations.attended;
+    Value* expanded = activations.expanded;
     // The first LayerNorm; every later one follows a product whose epilogue already added
     // its output to the residual stream.
     // NEW in chapter 09: every LayerNorm launches as the products do (step.launch()): its
     // blocks load its weight and bias while the kernel before finishes.
     const LaunchDependents dependents = LaunchDependents::kAtStart;
-    const DeviceLayer first_layer = model_.layer(0);
+    const ModelLayer first_layer = model_.layer(0);
     launch_layernorm(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C, eps,
                      stream, dependents, step.launch());
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
-      const DeviceLayer layer = model_.layer(layer_index);
+      const ModelLayer layer = model_.layer(layer_index);
       // NEW in chapter 09: the matrices come packed; the biases stay in the model.
       const PackedDecodeModel::Layer packed = step.layer(layer_index);
       {
@@ -399,18 +407,18 @@ class Gpt2Decoder final : public Decoder {
   /// (activations.normed, [B, T, C]): returns the argmax candidates (in
   /// activations.candidate_values and candidate_indices), and writes the logits [B, V]
   /// to activations.logits when they are kept.
-  ArgmaxCandidates lm_head(DecodeStepContext& step, const Activations& activations, int B, int T) {
+  ArgmaxCandidates lm_head(StepContext& step, const Activations& activations, int B, int T) {
     NvtxRange range("lm head");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
     // ln_f already ran, after the last residual add (in the prefill
     // over every position, a negligible cost once per generation); only each row's last
     // position predicts the next token.
-    const float* last = activations.normed;
+    const Value* last = activations.normed;
     if (T > 1) {
-      CUDA_CHECK(cudaMemcpy2DAsync(activations.last, sizeof(float) * C,
+      CUDA_CHECK(cudaMemcpy2DAsync(activations.last, sizeof(Value) * C,
                                    activations.normed + static_cast<std::size_t>(T - 1) * C,
-                                   sizeof(float) * C * T, sizeof(float) * C, B,
+                                   sizeof(Value) * C * T, sizeof(Value) * C, B,
                                    cudaMemcpyDeviceToDevice, stream));
       last = activations.last;
     }
@@ -424,7 +432,7 @@ class Gpt2Decoder final : public Decoder {
   // residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
-    const DeviceLayer next_layer = model_.layer(layer_index + 1);
+    const ModelLayer next_layer = model_.layer(layer_index + 1);
     return {next_layer.ln_1_weight, next_layer.ln_1_bias};
   }
 
@@ -432,7 +440,7 @@ class Gpt2Decoder final : public Decoder {
   const Gpt2Config config_;
   const int eos_token_id_;
   std::unique_ptr<DeviceAllocator> allocator_;
-  DecodeStepContext step_;
+  StepContext step_;
   // The generation as a graph, kept while the shape holds.
   GraphCache<CudaGraphExec> generation_graph_;
 };

@@ -49,32 +49,38 @@ namespace {
 
 using namespace ladder;
 
-// NEW in chapter 10: every stored number below is a bf16 unless it says otherwise.
-using bf16 = __nv_bfloat16;
+// The step's precision, in one place: every number it stores between kernels (the
+// activations and the KV cache) is a Value, and the step context and the model's layers
+// are the ones whose kernels read and write Values. The logits and the argmax's
+// candidates stay fp32 whatever Value is.
+// NEW in chapter 10: Value is bf16; the step context and the model are the bf16 ones.
+using Value = __nv_bfloat16;
+using StepContext = BfloatDecodeStepContext;
+using ModelLayer = BfloatDeviceLayer;
 
 // Room for the keys and values of every position the run can reach,
 // every layer's in one block, allocated once.
 // NEW in chapter 10: in bf16, exact copies of the rounded qkv (R4): half the bytes
 // every step reads back.
 struct StaticKvCache {
-  TypedBuffer<bf16> keys;          ///< [n_layer, B, H, capacity, D]
-  TypedBuffer<bf16> values;        ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<Value> keys;          ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<Value> values;        ///< [n_layer, B, H, capacity, D]
   int capacity = 0;                ///< T + N positions
   std::size_t layer_elements = 0;  ///< B * capacity * C: one layer's keys (or values)
 
-  bf16* layer_keys(int layer_index) const { return keys + layer_index * layer_elements; }
-  bf16* layer_values(int layer_index) const { return values + layer_index * layer_elements; }
+  Value* layer_keys(int layer_index) const { return keys + layer_index * layer_elements; }
+  Value* layer_values(int layer_index) const { return values + layer_index * layer_elements; }
 };
 
 // Every activation of a step, allocated once, sized for the
 // prefill's B x T rows; a decode step uses the first B rows.
 // NEW in chapter 10: in bf16, the prefill's rows position-major (row t B + b).
 struct Activations {
-  TypedBuffer<bf16> hidden;    ///< [rows, C], the residual stream
-  TypedBuffer<bf16> normed;    ///< [rows, C], a LayerNorm's output
-  TypedBuffer<bf16> qkv;       ///< [rows, 3C]
-  TypedBuffer<bf16> attended;  ///< [rows, C]
-  TypedBuffer<bf16> expanded;  ///< [rows, 4C], the MLP's hidden layer, after the GELU
+  TypedBuffer<Value> hidden;    ///< [rows, C], the residual stream
+  TypedBuffer<Value> normed;    ///< [rows, C], a LayerNorm's output
+  TypedBuffer<Value> qkv;       ///< [rows, 3C]
+  TypedBuffer<Value> attended;  ///< [rows, C]
+  TypedBuffer<Value> expanded;  ///< [rows, 4C], the MLP's hidden layer, after the GELU
   // The logits only when the tests ask for them (--dump-logits); the
   // argmax reads the LM head's candidates, [B, ceil(V / 64)].
   TypedBuffer<float> logits;  ///< [B, V] fp32, or empty
@@ -84,8 +90,8 @@ struct Activations {
 
 // A LayerNorm's parameters, [C] each.
 struct LayerNormParameters {
-  const bf16* weight;
-  const bf16* bias;
+  const Value* weight;
+  const Value* bias;
 };
 
 class Gpt2Decoder final : public Decoder {
@@ -268,8 +274,8 @@ class Gpt2Decoder final : public Decoder {
     StaticKvCache cache;
     cache.capacity = capacity;
     cache.layer_elements = static_cast<std::size_t>(B) * capacity * config_.n_embd;
-    cache.keys = allocate<bf16>(config_.n_layer * cache.layer_elements);
-    cache.values = allocate<bf16>(config_.n_layer * cache.layer_elements);
+    cache.keys = allocate<Value>(config_.n_layer * cache.layer_elements);
+    cache.values = allocate<Value>(config_.n_layer * cache.layer_elements);
     return cache;
   }
 
@@ -278,11 +284,11 @@ class Gpt2Decoder final : public Decoder {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     const std::size_t C = static_cast<std::size_t>(config_.n_embd);
     Activations activations;
-    activations.hidden = allocate<bf16>(rows * C);
-    activations.normed = allocate<bf16>(rows * C);
-    activations.qkv = allocate<bf16>(rows * 3 * C);
-    activations.attended = allocate<bf16>(rows * C);
-    activations.expanded = allocate<bf16>(rows * 4 * C);
+    activations.hidden = allocate<Value>(rows * C);
+    activations.normed = allocate<Value>(rows * C);
+    activations.qkv = allocate<Value>(rows * 3 * C);
+    activations.attended = allocate<Value>(rows * C);
+    activations.expanded = allocate<Value>(rows * 4 * C);
     // The LM head's candidates, and the logits only when kept.
     const std::size_t candidates =
         static_cast<std::size_t>(B) * decode_lm_head_candidates(config_.vocab_size);
@@ -297,7 +303,7 @@ class Gpt2Decoder final : public Decoder {
   /// candidates for each row's last position (and its logits [B, V] in
   /// activations.logits when kept), and leaves every layer's keys and values of the T
   /// positions in cache positions 0 .. T - 1.
-  ArgmaxCandidates prefill(BfloatDecodeStepContext& step, const PositionMajorPrompts& sequence,
+  ArgmaxCandidates prefill(StepContext& step, const PositionMajorPrompts& sequence,
                            int B, int T, const StaticKvCache& cache,
                            const Activations& activations) {
     NvtxRange prefill_range("prefill");
@@ -306,7 +312,7 @@ class Gpt2Decoder final : public Decoder {
     const int H = config_.n_head;
     launch_embedding_bf16(sequence.tokens, sequence.positions, model_.token_embedding(),
                           model_.position_embedding(), activations.hidden, B * T, C, stream);
-    layers(step, activations, B * T, [&](int layer_index, const bf16* qkv, bf16* attended) {
+    layers(step, activations, B * T, [&](int layer_index, const Value* qkv, Value* attended) {
       // NEW in chapter 10: position t's B rows append their keys and values at t and
       // attend over 0 .. t, one launch per position, in order, so each reads what the
       // launches before it wrote.
@@ -322,7 +328,7 @@ class Gpt2Decoder final : public Decoder {
   /// GPT-2 over tokens [B], which sit at position p = cursor->position: every layer
   /// writes their keys and values at p of the static cache and attends over positions
   /// 0 .. p. Returns the LM head's argmax candidates (logits: as prefill).
-  ArgmaxCandidates decode_step(BfloatDecodeStepContext& step, const std::int32_t* tokens,
+  ArgmaxCandidates decode_step(StepContext& step, const std::int32_t* tokens,
                                const DecodePosition* cursor, int B, const StaticKvCache& cache,
                                const Activations& activations) {
     const cudaStream_t stream = step.stream();
@@ -330,9 +336,9 @@ class Gpt2Decoder final : public Decoder {
     const int H = config_.n_head;
     launch_embedding_at_cursor_bf16(tokens, cursor, model_.token_embedding(),
                                     model_.position_embedding(), activations.hidden, B, C, stream);
-    layers(step, activations, B, [&](int layer_index, const bf16* qkv, bf16* attended) {
-      bf16* keys = cache.layer_keys(layer_index);
-      bf16* values = cache.layer_values(layer_index);
+    layers(step, activations, B, [&](int layer_index, const Value* qkv, Value* attended) {
+      Value* keys = cache.layer_keys(layer_index);
+      Value* values = cache.layer_values(layer_index);
       // Append k, v at p and attend over the L = p + 1 valid positions
       // only, in one kernel; positions after p are never read.
       // NEW in chapter 10: the bf16 cache read in 16-byte pieces, the softmax in fp32.
@@ -349,27 +355,27 @@ class Gpt2Decoder final : public Decoder {
   /// `attend(layer_index, qkv, attended)` turns the layer's qkv [rows, 3C] into its
   /// attention output [rows, C].
   template <typename Attention>
-  void layers(BfloatDecodeStepContext& step, const Activations& activations, int rows,
+  void layers(StepContext& step, const Activations& activations, int rows,
               const Attention& attend) {
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
     const float eps = config_.layer_norm_epsilon;
-    bf16* hidden = activations.hidden;
-    bf16* normed = activations.normed;
-    bf16* qkv = activations.qkv;
-    bf16* attended = activations.attended;
-    bf16* expanded = activations.expanded;
+    Value* hidden = activations.hidden;
+    Value* normed = activations.normed;
+    Value* qkv = activations.qkv;
+    Value* attended = activations.attended;
+    Value* expanded = activations.expanded;
     // The first LayerNorm; every later one follows a product whose epilogue already added
     // its output to the residual stream.
     // Every LayerNorm launches as the products do (step.launch()): its
     // blocks load its weight and bias while the kernel before finishes.
     const LaunchDependents dependents = LaunchDependents::kAtStart;
-    const BfloatDeviceLayer first_layer = model_.layer(0);
+    const ModelLayer first_layer = model_.layer(0);
     launch_layernorm_bf16(hidden, first_layer.ln_1_weight, first_layer.ln_1_bias, normed, rows, C,
                           eps, stream, dependents, step.launch());
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
       // NEW in chapter 10: the matrices come packed with the biases, all in bf16.
-      const BfloatDeviceLayer layer = model_.layer(layer_index);
+      const ModelLayer layer = model_.layer(layer_index);
       {
         NvtxRange range("attention block");
         step.linear(normed, layer.qkv_weight, layer.qkv_bias, qkv, rows, C, 3 * C,
@@ -401,7 +407,7 @@ class Gpt2Decoder final : public Decoder {
   /// (activations.normed, [T, B, C]): returns the argmax candidates (in
   /// activations.candidate_values and candidate_indices), and writes the logits [B, V]
   /// to activations.logits when they are kept.
-  ArgmaxCandidates lm_head(BfloatDecodeStepContext& step, const Activations& activations, int B,
+  ArgmaxCandidates lm_head(StepContext& step, const Activations& activations, int B,
                            int T) {
     NvtxRange range("lm head");
     const int C = config_.n_embd;
@@ -409,7 +415,7 @@ class Gpt2Decoder final : public Decoder {
     // over every position, a negligible cost once per generation); only each row's last
     // position predicts the next token.
     // NEW in chapter 10: position-major, the last position's B rows are the last B rows.
-    const bf16* last = activations.normed + row_offset((T - 1) * B, C);
+    const Value* last = activations.normed + row_offset((T - 1) * B, C);
     // logits = x wte^T and each 64-column tile's best (value, index)
     // per row, the argmax's first pass, in one kernel.
     // NEW in chapter 10: bf16 inputs, fp32 sums, fp32 logits: the argmax compares fp32.
@@ -426,7 +432,7 @@ class Gpt2Decoder final : public Decoder {
   // residual add: the next layer's ln_1, or ln_f after the last layer.
   LayerNormParameters layernorm_after(int layer_index) const {
     if (layer_index + 1 == config_.n_layer) return {model_.ln_f_weight(), model_.ln_f_bias()};
-    const BfloatDeviceLayer next_layer = model_.layer(layer_index + 1);
+    const ModelLayer next_layer = model_.layer(layer_index + 1);
     return {next_layer.ln_1_weight, next_layer.ln_1_bias};
   }
 
@@ -434,7 +440,7 @@ class Gpt2Decoder final : public Decoder {
   const int eos_token_id_;
   std::unique_ptr<DeviceAllocator> allocator_;
   const BfloatDeviceModel model_;
-  BfloatDecodeStepContext step_;
+  StepContext step_;
   // The generation as a graph, kept while the shape holds.
   GraphCache<CudaGraphExec> generation_graph_;
 };
