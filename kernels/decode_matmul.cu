@@ -25,6 +25,7 @@
 #include "kernels/decode_matmul_common.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
+#include "kernels/programmatic_launch.cuh"
 
 namespace ladder {
 
@@ -936,6 +937,8 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
     if (large_clusters) large_clusters = decode_common::allow_large_clusters_bf16();
     cluster_splits_ = major < 9 ? 0 : large_clusters ? decode_common::kMaxClusterBlocks : 8;
     residency_.reserve(32);  // 16 fp32/tf32 and 12 bf16 kernels, one size each: no later growth
+    builds_.reserve(32);
+    clusters_.reserve(64);  // a kernel meets at most a few split counts
     CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any launch
   } catch (...) {
     cudaFree(partials_);
@@ -952,6 +955,40 @@ int DecodeMatmulWorkspace::resident_blocks(const void* kernel, std::size_t share
                                                            shared_bytes));
   residency_.push_back(Residency{kernel, shared_bytes, blocks});
   return blocks;
+}
+
+KernelBuild DecodeMatmulWorkspace::build_of(const void* kernel) {
+  for (const Build& known : builds_)
+    if (known.kernel == kernel) return known.build;
+  const KernelBuild build = kernel_build(kernel);
+  builds_.push_back(Build{kernel, build});
+  return build;
+}
+
+int DecodeMatmulWorkspace::active_clusters(const void* kernel, std::size_t shared_bytes,
+                                           int cluster_blocks) {
+  for (const Clusters& known : clusters_)
+    if (known.kernel == kernel && known.shared_bytes == shared_bytes &&
+        known.cluster_blocks == cluster_blocks)
+      return known.clusters;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned int>(cluster_blocks);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned int>(cluster_blocks));
+  config.blockDim = dim3(decode_common::kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a refusal is an answer: no such cluster fits
+    clusters = 0;
+  }
+  clusters_.push_back(Clusters{kernel, shared_bytes, cluster_blocks, clusters});
+  return clusters;
 }
 
 DecodeMatmulWorkspace::~DecodeMatmulWorkspace() {

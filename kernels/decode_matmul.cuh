@@ -105,6 +105,7 @@
 
 #include "common/device_model.hpp"
 #include "kernels/decode_matmul_layout.hpp"
+#include "kernels/launch_decisions.hpp"
 #include "kernels/launch_dependents.hpp"
 
 namespace ladder {
@@ -212,7 +213,10 @@ class DecodeMatmulWorkspace {
 
   int multiprocessors() const { return multiprocessors_; }
   /// Whether the device runs programmatic dependent launches (compute capability 9.0
-  /// on); where it does not, DecodeLaunch::kProgrammatic launches plainly.
+  /// on); where it does not, DecodeLaunch::kProgrammatic launches plainly. Where it does,
+  /// each product kernel is still asked whether its own code holds the wait (build_of,
+  /// launch_for_kernel), and so is each kernel between the products
+  /// (launch_between_products).
   bool programmatic_launches() const { return programmatic_launches_; }
   /// The most splits of K one thread-block cluster holds on this device: 16 on compute
   /// capability 9.0 on (8, the portable size, where a kernel refuses 16), 0 before it.
@@ -230,6 +234,15 @@ class DecodeMatmulWorkspace {
   /// on one multiprocessor at once: cudaOccupancyMaxActiveBlocksPerMultiprocessor, asked
   /// once per kernel and size and remembered. Throws ladder::CudaError when the query fails.
   int resident_blocks(const void* kernel, std::size_t shared_bytes);
+  /// What `kernel`'s loaded code was built as (kernel_build: cudaFuncGetAttributes), asked
+  /// once per kernel and remembered. Throws ladder::CudaError when the query fails.
+  KernelBuild build_of(const void* kernel);
+  /// Clusters of `cluster_blocks` blocks of `kernel` (256 threads, `shared_bytes` of
+  /// dynamic shared memory) the device holds at once: cudaOccupancyMaxActiveClusters,
+  /// asked once per kernel, size and cluster size and remembered. 0 where no such cluster
+  /// can be placed (a slice of a GPU, a smaller part): the product then sums through the
+  /// workspace (sum_splits_in_clusters). A refused query counts as 0.
+  int active_clusters(const void* kernel, std::size_t shared_bytes, int cluster_blocks);
   float* partials() const { return partials_; }
   std::size_t partial_floats() const { return partial_floats_; }
   unsigned int* tile_counters() const { return tile_counters_; }
@@ -246,6 +259,18 @@ class DecodeMatmulWorkspace {
     int blocks;
   };
   std::vector<Residency> residency_;  // resident_blocks' answers so far
+  struct Build {
+    const void* kernel;
+    KernelBuild build;
+  };
+  std::vector<Build> builds_;  // build_of's answers so far
+  struct Clusters {
+    const void* kernel;
+    std::size_t shared_bytes;
+    int cluster_blocks;
+    int clusters;
+  };
+  std::vector<Clusters> clusters_;  // active_clusters' answers so far
   float* partials_ = nullptr;
   std::size_t partial_floats_ = 0;
   unsigned int* tile_counters_ = nullptr;

@@ -24,6 +24,7 @@
 #include "kernels/decode_matmul.cuh"
 #include "kernels/device_primitives.cuh"
 #include "kernels/launch_checks.hpp"
+#include "kernels/launch_decisions.hpp"
 
 namespace ladder::decode_common {
 
@@ -206,18 +207,32 @@ bool clusters_fit_one_wave(void (*kernel)(Arguments), long long blocks, std::siz
 }
 
 /// Launches `kernel` on `grid` x kThreads threads with `shared_bytes` of dynamic shared
-/// memory; when arguments.programmatic it carries the programmatic stream serialization
-/// attribute (decode_matmul.cuh); and where its 1 < S <= workspace.cluster_splits() splits
-/// (grid.x) fit one wave (clusters_fit_one_wave) it launches in clusters of the S splits of
-/// a column tile (arguments.cluster_splits), otherwise they sum through the workspace.
+/// memory; when arguments.programmatic and the kernel's code holds the wait
+/// (launch_for_kernel) it carries the programmatic stream serialization attribute
+/// (decode_matmul.cuh); and where its 1 < S <= workspace.cluster_splits() splits (grid.x)
+/// fit one wave (clusters_fit_one_wave), the kernel holds the cluster code and the device
+/// can place such a cluster (sum_splits_in_clusters) it launches in clusters of the S
+/// splits of a column tile (arguments.cluster_splits), otherwise they sum through the
+/// workspace.
 template <typename Arguments>
 void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t shared_bytes,
                            Arguments arguments, DecodeMatmulWorkspace& workspace,
                            cudaStream_t stream) {
-  arguments.cluster_splits = arguments.splits > 1 &&
-                             arguments.splits <= workspace.cluster_splits() &&
-                             clusters_fit_one_wave(kernel, static_cast<long long>(grid.x) * grid.y,
-                                                   shared_bytes, workspace);
+  const void* kernel_address = reinterpret_cast<const void*>(kernel);
+  const KernelBuild build = workspace.build_of(kernel_address);
+  arguments.programmatic =
+      launch_for_kernel(arguments.programmatic ? DecodeLaunch::kProgrammatic
+                                               : DecodeLaunch::kAfterPrevious,
+                        build) == DecodeLaunch::kProgrammatic;
+  const bool splits_fit_a_cluster =
+      arguments.splits > 1 && arguments.splits <= workspace.cluster_splits();
+  arguments.cluster_splits =
+      splits_fit_a_cluster &&
+      sum_splits_in_clusters(
+          arguments.splits, workspace.cluster_splits(), build,
+          clusters_fit_one_wave(kernel, static_cast<long long>(grid.x) * grid.y, shared_bytes,
+                                workspace),
+          workspace.active_clusters(kernel_address, shared_bytes, arguments.splits));
   cudaLaunchAttribute attributes[2]{};
   unsigned int count = 0;
   if (arguments.programmatic) {

@@ -8,9 +8,18 @@
 #include <utility>
 
 #include "common/cuda_check.hpp"
+#include "kernels/launch_decisions.hpp"
 #include "kernels/launch_dependents.hpp"
 
 namespace ladder {
+
+/// What `kernel`'s loaded code was built as (cudaFuncGetAttributes; launch_decisions.hpp).
+/// Throws ladder::CudaError when the query fails.
+inline KernelBuild kernel_build(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  return KernelBuild{attributes.binaryVersion, attributes.ptxVersion};
+}
 
 /// kernel<<<grid, block, shared_bytes, stream>>>(arguments...) for kAfterPrevious; for
 /// kProgrammatic the same launch with cudaLaunchAttributeProgrammaticStreamSerialization
@@ -19,11 +28,17 @@ namespace ladder {
 /// call wait_for_previous_kernel (device_primitives.cuh) before it reads or writes memory
 /// another kernel of the stream writes or reads. The caller passes kProgrammatic only
 /// where the device runs such launches (compute capability 9.0 on:
-/// DecodeMatmulWorkspace::programmatic_launches, which the step contexts' launch() asks).
+/// DecodeMatmulWorkspace::programmatic_launches, which the step contexts' launch() asks),
+/// and even then the kernel itself is asked: a build whose code lacks the wait (compute_80
+/// PTX JIT-compiled on a 9.0 device, launch_for_kernel) launches plainly. The question is
+/// a host-side lookup per programmatic launch (the graph chapters make them only while
+/// capturing).
 template <typename... Parameters, typename... Arguments>
 void launch_between_products(DecodeLaunch launch, void (*kernel)(Parameters...), dim3 grid,
                              dim3 block, std::size_t shared_bytes, cudaStream_t stream,
                              Arguments&&... arguments) {
+  if (launch == DecodeLaunch::kProgrammatic)
+    launch = launch_for_kernel(launch, kernel_build(reinterpret_cast<const void*>(kernel)));
   if (launch == DecodeLaunch::kAfterPrevious) {
     kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Arguments>(arguments)...);
     return;

@@ -227,6 +227,23 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const voi
   return cudaSuccess;
 }
 
+// Whether a kernel's code holds the sm_90 instructions (programmatic launch, cluster
+// sums) is asked of its build: the report's kernels are sm_90 SASS from compute_90.
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*function*/) {
+  *attributes = cudaFuncAttributes{};
+  attributes->binaryVersion = 90;
+  attributes->ptxVersion = 90;
+  return cudaSuccess;
+}
+
+// Whether the device can place a cluster of a split product's blocks: on a whole H200 it
+// can (this program records neither the decision nor the cluster shape).
+cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* /*function*/,
+                                           const cudaLaunchConfig_t* /*config*/) {
+  *clusters = kReportMultiprocessors / 8;
+  return cudaSuccess;
+}
+
 }  // extern "C"
 
 // ---------------------------------------------------------------- the chapters' calls
