@@ -82,8 +82,10 @@ BfloatDeviceModel::BfloatDeviceModel(const Gpt2Weights& weights)
                             format_bytes(static_cast<double>(size)));
   }
   CUDA_CHECK(status);
-  const cudaError_t copied =
-      cudaMemcpy(values_, image.values().data(), size, cudaMemcpyHostToDevice);
+  // Complete before the constructor returns, as DeviceModel's upload (device_model.cpp):
+  // the decoders read the weights on non-blocking streams.
+  cudaError_t copied = cudaMemcpy(values_, image.values().data(), size, cudaMemcpyHostToDevice);
+  if (copied == cudaSuccess) copied = cudaDeviceSynchronize();
   if (copied != cudaSuccess) {
     cudaFree(values_);
     CUDA_CHECK(copied);

@@ -17,7 +17,16 @@ DeviceModel::DeviceModel(const Gpt2Weights& weights)
                             format_bytes(static_cast<double>(size)));
   }
   CUDA_CHECK(status);
-  CUDA_CHECK(cudaMemcpy(values_, weights.values.data(), size, cudaMemcpyHostToDevice));
+  // cudaMemcpy from pageable memory may return once the bytes are staged, before they
+  // reach the device, and it runs on the legacy default stream, which the decoders'
+  // non-blocking streams do not wait for: the weights are on the device only once the
+  // device has synchronized.
+  cudaError_t uploaded = cudaMemcpy(values_, weights.values.data(), size, cudaMemcpyHostToDevice);
+  if (uploaded == cudaSuccess) uploaded = cudaDeviceSynchronize();
+  if (uploaded != cudaSuccess) {
+    cudaFree(values_);
+    CUDA_CHECK(uploaded);
+  }
 }
 
 DeviceModel::~DeviceModel() {

@@ -888,6 +888,9 @@ PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
       CUDA_CHECK(cudaMemcpy(values_ + packing.offset, packed.data(), packed.size() * sizeof(float),
                             cudaMemcpyHostToDevice));
     }
+    // The uploads are on the device before the kernels read them on non-blocking streams
+    // (DeviceModel's upload, common/device_model.cpp, says why).
+    CUDA_CHECK(cudaDeviceSynchronize());
   } catch (...) {
     cudaFree(values_);
     throw;
