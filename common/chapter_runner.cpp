@@ -108,6 +108,17 @@ struct Plan {
   std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
 };
 
+/// Throws "flag: 'path' holds R rows; --batch B needs B rows, or exactly one ..." unless
+/// the file's rows fit every batch size of the run (row_count_problem).
+void require_rows_for_every_batch(const char* flag, const std::string& path, std::size_t rows,
+                                  const std::vector<int>& batch_sizes) {
+  for (int batch : batch_sizes) {
+    const std::string problem = row_count_problem(rows, batch);
+    if (!problem.empty())
+      throw std::invalid_argument(std::string(flag) + ": '" + path + "' " + problem);
+  }
+}
+
 Plan make_plan(int argc, char** argv) {
   Plan plan;
   plan.options = parse_run_options(argc, argv);
@@ -145,6 +156,8 @@ Plan make_plan(int argc, char** argv) {
         "text (" + std::to_string(plan.prompt_rows.front().size()) + " tokens)";
   } else if (!options.prompt_file.empty()) {
     plan.prompt_rows = read_token_rows(options.prompt_file, plan.config.vocab_size);
+    require_rows_for_every_batch("--prompt-file", options.prompt_file, plan.prompt_rows.size(),
+                                 options.batch_sizes);
     plan.prompt_description = "file " + options.prompt_file;
   } else if (options.random_prompt_length > 0) {
     plan.prompt_description = "random, length " + std::to_string(options.random_prompt_length);
@@ -154,6 +167,8 @@ Plan make_plan(int argc, char** argv) {
 
   if (!options.forced_tokens_file.empty()) {
     plan.forced_rows = read_token_rows(options.forced_tokens_file, plan.config.vocab_size);
+    require_rows_for_every_batch("--force-tokens", options.forced_tokens_file,
+                                 plan.forced_rows.size(), options.batch_sizes);
     for (int new_tokens : options.new_token_counts)
       if (static_cast<int>(plan.forced_rows.front().size()) < new_tokens)
         throw std::invalid_argument("--force-tokens: rows hold " +

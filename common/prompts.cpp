@@ -122,9 +122,17 @@ std::vector<std::vector<std::int32_t>> read_token_rows(const std::string& path, 
   return rows;
 }
 
+std::string row_count_problem(std::size_t rows, int batch) {
+  if (rows == 1 || rows == static_cast<std::size_t>(batch)) return "";
+  return "holds " + std::to_string(rows) + " rows; --batch " + std::to_string(batch) +
+         " needs " + std::to_string(batch) + " rows, or exactly one (repeated for every row)";
+}
+
 PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows, int batch) {
   require_positive(batch, "batch");
   if (rows.empty()) throw std::invalid_argument("no prompt rows");
+  const std::string problem = row_count_problem(rows.size(), batch);
+  if (!problem.empty()) throw std::invalid_argument("the prompt rows: " + problem);
   PromptBatch prompts;
   prompts.batch = batch;
   if (rows.front().size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))

@@ -44,8 +44,13 @@ PromptBatch random_prompts(int batch, int length, int vocab_size, int excluded_i
 /// outside [0, vocab_size), an empty file, or rows of different lengths.
 std::vector<std::vector<std::int32_t>> read_token_rows(const std::string& path, int vocab_size);
 
-/// `batch` rows taken from `rows` in order, starting again at the first when the file
-/// has fewer rows than the batch.
+/// The problem with giving `rows` rows to a batch of `batch`, or empty when there is
+/// none: the rows must be one per batch row, or exactly one (repeated for every row);
+/// a file that is neither is refused rather than silently repeated or cut.
+std::string row_count_problem(std::size_t rows, int batch);
+
+/// A batch of `batch` rows: `rows` in order, or its one row repeated. Throws
+/// std::invalid_argument when row_count_problem names one, or on rows of unequal length.
 PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows, int batch);
 
 /// Writes [batch, columns] ids, one row per line (the format read_token_rows reads).

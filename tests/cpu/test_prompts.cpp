@@ -22,6 +22,17 @@ TEST_CASE("position-major prompts put each position's B tokens side by side", "[
   CHECK(ladder::bos_prompts(3, 7).position_major() == std::vector<std::int32_t>{7, 7, 7});
 }
 
+TEST_CASE("a file's rows must be one per batch row or exactly one", "[prompts]") {
+  using ladder::row_count_problem;
+  CHECK(row_count_problem(1, 1).empty());
+  CHECK(row_count_problem(1, 32).empty());
+  CHECK(row_count_problem(32, 32).empty());
+  CHECK(row_count_problem(2, 32) ==
+        "holds 2 rows; --batch 32 needs 32 rows, or exactly one (repeated for every row)");
+  CHECK_FALSE(row_count_problem(33, 32).empty());
+  CHECK_FALSE(row_count_problem(4, 1).empty());
+}
+
 TEST_CASE("random prompts are deterministic, in range and avoid the excluded id", "[prompts]") {
   const auto first = ladder::random_prompts(16, 9, 11, 10, 1234);
   const auto again = ladder::random_prompts(16, 9, 11, 10, 1234);
@@ -52,7 +63,7 @@ TEST_CASE("a batch of more ids than an int counts is refused before anything is 
                   std::invalid_argument);
 }
 
-TEST_CASE("token rows round-trip through the file format and cycle to fill a batch", "[prompts]") {
+TEST_CASE("token rows round-trip through the file format and fill a batch", "[prompts]") {
   const std::string directory = ladder::testing::make_temporary_directory("ladder-prompts");
   const std::string path = directory + "/rows.txt";
   const std::vector<std::int32_t> tokens{1, 2, 3, 4, 5, 6};
@@ -60,10 +71,18 @@ TEST_CASE("token rows round-trip through the file format and cycle to fill a bat
   const auto rows = ladder::read_token_rows(path, 7);
   REQUIRE(rows.size() == 2);
   CHECK(rows[1] == std::vector<std::int32_t>{4, 5, 6});
-  const ladder::PromptBatch batch = ladder::prompts_from_rows(rows, 5);
+  const ladder::PromptBatch batch = ladder::prompts_from_rows(rows, 2);
   CHECK(batch.length == 3);
-  CHECK(batch.tokens == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3});
+  CHECK(batch.tokens == tokens);
+  // One row is repeated for every row of the batch.
+  const ladder::PromptBatch repeated = ladder::prompts_from_rows({rows[1]}, 3);
+  CHECK(repeated.tokens == std::vector<std::int32_t>{4, 5, 6, 4, 5, 6, 4, 5, 6});
   using Catch::Matchers::Contains;
+  // Two rows for a batch of 5 (or of 1) are neither one per row nor one for all: refused,
+  // not cycled or cut.
+  CHECK_THROWS_WITH(ladder::prompts_from_rows(rows, 5),
+                    Contains("holds 2 rows; --batch 5 needs 5 rows, or exactly one"));
+  CHECK_THROWS_AS(ladder::prompts_from_rows(rows, 1), std::invalid_argument);
   CHECK_THROWS_WITH(ladder::read_token_rows(path, 6), Contains("rows.txt:2: token id 6"));
   std::filesystem::remove_all(directory);
 }
