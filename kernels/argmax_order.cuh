@@ -46,14 +46,17 @@ __device__ __forceinline__ Candidate warp_argmax(Candidate candidate) {
 }
 
 /// The winner among `count` candidates (values[v], indices ? indices[v] : v) for a block
-/// of kThreads = 32 x 32 threads: thread i scans v = i, i + kThreads, ... (coalesced),
-/// each warp reduces its lanes by shuffles, and every warp then reduces the 32 per-warp
-/// winners from `warp_winners` (shared memory, [32]): every thread receives the winner.
-/// Every thread of the block must call it (it holds a __syncthreads).
+/// of kThreads threads (a multiple of 32, at most 32 x 32): thread i scans v = i,
+/// i + kThreads, ... (coalesced), each warp reduces its lanes by shuffles, and every warp
+/// then reduces the per-warp winners from `warp_winners` (shared memory, [kThreads / 32]):
+/// every thread receives the winner. The order is total, so the winner does not depend on
+/// kThreads. Every thread of the block must call it (it holds a __syncthreads).
 template <int kThreads>
 __device__ __forceinline__ Candidate block_argmax(const float* values, const int* indices,
                                                   int count, Candidate* warp_winners) {
-  static_assert(kThreads == kWarpSize * kWarpSize, "the last stage reduces one winner per lane");
+  static_assert(kThreads % kWarpSize == 0 && kThreads <= kWarpSize * kWarpSize,
+                "the last stage reduces one winner per lane");
+  constexpr int kWarps = kThreads / kWarpSize;
   Candidate best = no_candidate();
   for (int v = static_cast<int>(threadIdx.x); v < count; v += kThreads) {
     const Candidate current{values[v], indices != nullptr ? indices[v] : v};
@@ -62,7 +65,8 @@ __device__ __forceinline__ Candidate block_argmax(const float* values, const int
   best = warp_argmax(best);
   if (threadIdx.x % kWarpSize == 0) warp_winners[threadIdx.x / kWarpSize] = best;
   __syncthreads();
-  return warp_argmax(warp_winners[threadIdx.x % kWarpSize]);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  return warp_argmax(lane < kWarps ? warp_winners[lane] : no_candidate());
 }
 
 }  // namespace ladder

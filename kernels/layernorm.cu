@@ -17,6 +17,7 @@
 #include "common/cuda_check.hpp"
 #include "kernels/bfloat16_packs.cuh"
 #include "kernels/device_primitives.cuh"
+#include "kernels/layernorm_row.cuh"
 #include "kernels/launch_checks.hpp"
 #include "kernels/programmatic_launch.cuh"
 
@@ -24,104 +25,18 @@ namespace ladder {
 
 namespace {
 
-constexpr int kLayernormThreads = 256;
-constexpr int kLayernormWarps = kLayernormThreads / kWarpSize;
-
-// Math:   v[r, :] = x[r, :], or with kAddResidual: residual[r, :] += x[r, :] and
-//         v[r, :] = the new residual[r, :];
-//         mean = sum_c v[r, c] / C;  var = sum_c (v[r, c] - mean)^2 / C;
-//         out[r, c] = (v[r, c] - mean) * rsqrt(var + eps) * weight[c] + bias[c].
-// Shapes: residual, x, out [rows, C]; weight, bias [C]; C % kWidth == 0,
-//         C / kWidth <= kLayernormThreads * kPacksPerThread.
-// Grid:   one block per row (blockIdx.x = r); thread t holds packs t, t + 256, ... of
-//         the row (at most kPacksPerThread) in registers, so the row is read once and
-//         the sum written once; the statistics come from the registers.
-// The body of both kernels below, for float or bf16 rows (bf16: widened to fp32 on
-// load, every output rounded once on store, common/reference.hpp R3).
-template <typename Element, int kWidth, int kPacksPerThread, bool kAddResidual>
-__device__ __forceinline__ void normalize_row(Element* residual, const Element* x,
-                                              const Element* weight, const Element* bias,
-                                              Element* out, int C, float eps,
-                                              LaunchDependents dependents) {
-  // The next decode matmul may start streaming its weight now (device_primitives.cuh):
-  // in a decode step this grid is B <= 64 blocks, all resident at once, and the matmul's
-  // blocks fill the SMs they leave free.
-  launch_dependents_at_start(dependents);
-  __shared__ float partials[kLayernormWarps];
-  const int packs = C / kWidth;
-  const std::size_t row_offset = static_cast<std::size_t>(blockIdx.x) * C;
-  const Element* x_row = x + row_offset;
-  Element* residual_row = kAddResidual ? residual + row_offset : nullptr;
-
-  // The LayerNorm's own parameters, which no kernel writes, are requested first; under a
-  // programmatic launch (DecodeLaunch) before the wait for the kernel that writes x.
-  PackedFloats<kWidth> weight_packs[kPacksPerThread];
-  PackedFloats<kWidth> bias_packs[kPacksPerThread];
-#pragma unroll
-  for (int k = 0; k < kPacksPerThread; ++k) {
-    const int i = threadIdx.x + k * kLayernormThreads;
-    if (i < packs) {
-      weight_packs[k] = load_pack<kWidth>(weight, i);
-      bias_packs[k] = load_pack<kWidth>(bias, i);
-    }
-  }
-  wait_for_previous_kernel();  // at once for a plain launch
-
-  PackedFloats<kWidth> row[kPacksPerThread];
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPacksPerThread; ++k) {
-    const int i = threadIdx.x + k * kLayernormThreads;
-    if (i < packs) {
-      row[k] = load_pack<kWidth>(x_row, i);
-      if constexpr (kAddResidual) {
-        const PackedFloats<kWidth> residual_pack = load_pack<kWidth>(residual_row, i);
-#pragma unroll
-        for (int j = 0; j < kWidth; ++j) row[k].values[j] += residual_pack.values[j];
-        store_pack<kWidth>(residual_row, i, row[k]);
-      }
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) sum += row[k].values[j];
-    }
-  }
-  const float mean = block_sum<kLayernormWarps>(sum, partials) / static_cast<float>(C);
-
-  float squares = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPacksPerThread; ++k) {
-    if (threadIdx.x + k * kLayernormThreads < packs) {
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) {
-        const float deviation = row[k].values[j] - mean;
-        squares += deviation * deviation;
-      }
-    }
-  }
-  const float inverse_std =
-      rsqrtf(block_sum<kLayernormWarps>(squares, partials) / static_cast<float>(C) + eps);
-
-  Element* out_row = out + row_offset;
-#pragma unroll
-  for (int k = 0; k < kPacksPerThread; ++k) {
-    const int i = threadIdx.x + k * kLayernormThreads;
-    if (i < packs) {
-      PackedFloats<kWidth> result;
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j)
-        result.values[j] = (row[k].values[j] - mean) * inverse_std * weight_packs[k].values[j] +
-                           bias_packs[k].values[j];
-      store_pack<kWidth>(out_row, i, result);
-    }
-  }
-}
-
 // Promises (kWidth = 4): LDG.E.128<ACQBULK STG.E.128 PREEXIT
 template <int kWidth, int kPacksPerThread, bool kAddResidual>
 __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_row_kernel(float* residual, const float* x, const float* weight, const float* bias,
                          float* out, int C, float eps, LaunchDependents dependents) {
-  normalize_row<float, kWidth, kPacksPerThread, kAddResidual>(residual, x, weight, bias, out, C,
-                                                              eps, dependents);
+  // The next decode matmul may start streaming its weight now (device_primitives.cuh):
+  // in a decode step this grid is B <= 64 blocks, all resident at once, and the matmul's
+  // blocks fill the SMs they leave free.
+  launch_dependents_at_start(dependents);
+  normalize_row<float, kWidth, kPacksPerThread, kAddResidual>(
+      static_cast<int>(blockIdx.x), residual, x, weight, bias, out, C, eps,
+      [] { wait_for_previous_kernel(); });  // at once for a plain launch
 }
 
 // Math:   as layernorm_row_kernel without the residual, on the bf16 residual stream:
@@ -135,8 +50,10 @@ __global__ void __launch_bounds__(kLayernormThreads)
     layernorm_bf16_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight,
                           const __nv_bfloat16* bias, __nv_bfloat16* out, int C, float eps,
                           LaunchDependents dependents) {
-  normalize_row<__nv_bfloat16, kWidth, kPacksPerThread, false>(nullptr, x, weight, bias, out, C,
-                                                               eps, dependents);
+  launch_dependents_at_start(dependents);
+  normalize_row<__nv_bfloat16, kWidth, kPacksPerThread, false>(
+      static_cast<int>(blockIdx.x), nullptr, x, weight, bias, out, C, eps,
+      [] { wait_for_previous_kernel(); });
 }
 
 /// Launches layernorm_row_kernel with the fewest registers that hold a row of C:
