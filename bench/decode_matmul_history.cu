@@ -227,6 +227,7 @@ constexpr int kQuads = kTileColumns / 4;                  // 16 threads read one
 constexpr int kGroups = kThreads / kQuads;                // 16 such groups in a block
 constexpr int kWindow = 128;                              // inputs of x staged at once
 constexpr int kXStride = kWindow + 1;  // odd: rows of x 8 apart start 8 banks apart
+constexpr int kPiecesAtOnce = 4;       // loads of W a thread issues before it uses one
 
 /// How a block's 16 groups share a tile for row tile kRows (1, 8, 32 or 64 rows of x): a
 /// thread sums kThreadRows rows x 4 columns; the groups split the rows (kRowGroups) and
@@ -253,14 +254,15 @@ struct PackedProduct {
   int padded_rows;
   int splits;
   int rows_per_split;  ///< a multiple of the chunk (32 rows fp32, 64 inputs bf16)
+  bool programmatic;   ///< launched as a programmatic dependent (version 8)
 };
 
 // Versions 4-7's loop: block (split, tile) multiplies its rows of column tile `tile` of
 // the packed weight - one contiguous run, 256 bytes a row - by x, and leaves the tile
 // [kRows][64] (rows of x at B and past zero) at the start of `shared`. Thread t of group
 // g = t / 16 loads the 16-byte piece t % 16 of every kKGroups-th row, straight into
-// registers; x comes in windows of 128 inputs into shared memory, once for all 64
-// columns. The k-groups' tiles are added in group order.
+// registers, four rows before it multiplies any; x comes in windows of 128 inputs into shared
+// memory, once for all 64 columns. The k-groups' tiles are added in group order.
 template <int kRows>
 __device__ __forceinline__ void tile_sums(const PackedProduct<float>& p, int split, int tile,
                                           float* shared) {
@@ -291,16 +293,25 @@ __device__ __forceinline__ void tile_sums(const PackedProduct<float>& p, int spl
     }
     __syncthreads();
     const int rows = min(kWindow, end - window);
-#pragma unroll 4
-    for (int k = k_group; k < rows; k += Threads::kKGroups) {
-      const float4 piece = __ldg(w + static_cast<std::size_t>(window + k) * kQuads);
+    for (int k = k_group; k < rows; k += kPiecesAtOnce * Threads::kKGroups) {
+      float4 pieces[kPiecesAtOnce];  // loaded before any is used: four in flight
 #pragma unroll
-      for (int r = 0; r < Threads::kThreadRows; ++r) {
-        const float xv = shared[(first_row + r) * kXStride + k];
-        sums[r][0] = fmaf(xv, piece.x, sums[r][0]);
-        sums[r][1] = fmaf(xv, piece.y, sums[r][1]);
-        sums[r][2] = fmaf(xv, piece.z, sums[r][2]);
-        sums[r][3] = fmaf(xv, piece.w, sums[r][3]);
+      for (int i = 0; i < kPiecesAtOnce; ++i) {
+        const int row = k + i * Threads::kKGroups;
+        pieces[i] = row < rows ? __ldg(w + static_cast<std::size_t>(window + row) * kQuads)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int i = 0; i < kPiecesAtOnce; ++i) {
+        const int row = min(k + i * Threads::kKGroups, kWindow - 1);  // zeros past `rows`
+#pragma unroll
+        for (int r = 0; r < Threads::kThreadRows; ++r) {
+          const float xv = shared[(first_row + r) * kXStride + row];
+          sums[r][0] = fmaf(xv, pieces[i].x, sums[r][0]);
+          sums[r][1] = fmaf(xv, pieces[i].y, sums[r][1]);
+          sums[r][2] = fmaf(xv, pieces[i].z, sums[r][2]);
+          sums[r][3] = fmaf(xv, pieces[i].w, sums[r][3]);
+        }
       }
     }
   }
@@ -487,7 +498,9 @@ __global__ void __launch_bounds__(kThreads)
   const int lane_inputs = 32 * k_group + 8 * u;
   uint4 next[2];
   load_weight(begin + lane_inputs, next);
-  ladder::wait_for_previous_kernel();
+  // In its own branch: in one basic block with the loads above, ptxas would issue the
+  // wait first, and the weight would move only once the kernel before had finished.
+  if (p.programmatic) ladder::wait_for_previous_kernel();
   float sums[kMTiles][2][4] = {};
   for (int chunk = begin; chunk < end; chunk += kBfloatChunk) {
     const uint4 w[2] = {next[0], next[1]};
@@ -1001,7 +1014,8 @@ class Problem {
                             N_,
                             padded_rows,
                             (chunks + chunks_per_split - 1) / chunks_per_split,
-                            chunks_per_split * chunk_rows};
+                            chunks_per_split * chunk_rows,
+                            /*programmatic=*/true};
   }
 
   Shape shape_;
