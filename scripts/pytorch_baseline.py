@@ -22,6 +22,25 @@ workload and with the same timing rules, so their rows can sit in the same table
                           on stream i % 2 behind stream (i - 1) % 2; the "all rows finished"
                           flag is copied without blocking into pinned host memory, and the
                           host checks step i - 1's flag only after step i is enqueued
+  hf_static_compiled      Hugging Face's own fast path: the static cache, and the model's
+                          forward through torch.compile(mode="reduce-overhead",
+                          fullgraph=True): one CUDA graph replay a step (--anchor-compile-mode
+                          max-autotune: autotuned kernels, CUDA graphs too); the loop is the
+                          static variant's, one wait a step for the stop check, as generate()
+  static_step_compiled    a hand-written static-cache GPT-2 step in plain PyTorch
+                          (scripts/gpt2_static_decode.py, gpt-fast style) on the same
+                          weights: argmax and the EOS bookkeeping on the device, the step
+                          compiled the same way, one host wait per generation
+
+The last two are the compiled anchors: what a user who wants GPT-2 fast in PyTorch writes.
+They also run the batch sweep (--sweep-batch, default B = 1, 8, 64 at the smallest N, into
+the same file), and their tokens are checked against Hugging Face's eager generate() on the
+same weights and precision, outside the timing: every configuration's JSON holds
+"token_check" (agreement rate, first divergent step, the reference's smallest top-1/top-2
+logit margin). In fp32 the tokens must be equal: a configuration whose tokens are not is
+recorded as failed (with its token check). Their compile and CUDA-graph capture happen in
+the warm-up run; "framework" names the mode, and counts the steps torch.compile left out of
+CUDA graphs ("cudagraph_skips": 0 when every step was one graph).
 
 The workload is the chapters': GPT-2 small (transformers' GPT2Config() defaults), fp32
 weights (bf16 in the bf16 rows), B prompts holding only BOS (50256), greedy argmax, up to
@@ -60,7 +79,8 @@ common/device_info.cpp. The token hash is the chapters' FNV-1a over the [B, step
 
 The variants run in child processes, one per precision and allocator setting (the
 allocator reads PYTORCH_CUDA_ALLOC_CONF once, when CUDA starts; the expandable variant's
-JSON records whether its segments really were expandable). An exception (a torch.compile
+JSON records whether its segments really were expandable), and one for each compiled
+anchor (its CUDA graphs and their memory pools alone). An exception (a torch.compile
 error, out of memory) is recorded in that variant's JSON ("error", "failed_configurations")
 and the rest goes on; a child that dies leaves the same record for the variants it had not
 finished. The compiled variants share one compiled forward per process.
@@ -70,12 +90,15 @@ the schema of the chapters' --json (common/benchmark.cpp format_json), plus a fe
 its own (framework versions, compile mode, errors). A progress line per run goes to stderr.
 
 Written against torch 2.11 and transformers 5.17. Usage (on a machine with a CUDA GPU; the
-default set took 7.5 minutes on an H200 with 3 timed runs, most of it the naive variant at
-N = 400; the max-autotune modes compile for minutes more):
+variants before the anchors took 7.5 minutes on an H200 with 3 timed runs, most of it the
+naive variant at N = 400; each anchor compiles and captures once per size, six sizes and
+three precisions; the max-autotune modes compile for minutes more):
     python3 scripts/pytorch_baseline.py                     # every variant, fp32, tf32 and bf16
     python3 scripts/pytorch_baseline.py --quick             # smoke run: N = 8, one run
     python3 scripts/pytorch_baseline.py --variants static,compile --precision tf32 \\
         --batch 1,8,32,64 --new-tokens 100 --out /tmp/pt
+    python3 scripts/pytorch_baseline.py --variants hf_static_compiled,static_step_compiled \\
+        --runs 3                                            # the compiled anchors alone
 A job cut short (a time limit) runs again with --resume into the same --out: the variants
 an earlier run finished are kept, the others run (a cut variant from its start).
 Exit status: 0 when every child ran (failed variants are recorded, not fatal), 2 for a bad
@@ -107,6 +130,10 @@ class Variant:
     chapter: str      # the "chapter" field of its JSON
     title: str
     allocator_conf: str  # PYTORCH_CUDA_ALLOC_CONF for its process ("" = PyTorch's default)
+    own_process: bool = False  # a process of its own (its compiled graphs and memory alone)
+
+    def full_title(self, anchor_compile_mode: str) -> str:
+        return self.title.format(mode=anchor_compile_mode)
 
 
 # In ladder order; the table keeps it.
@@ -119,10 +146,17 @@ VARIANTS = [
     Variant("compile", "pytorch_static_compile", "PyTorch: static cache + torch.compile", ""),
     Variant("pingpong", "pytorch_static_compile_pingpong",
             "PyTorch: static cache + torch.compile + stream ping-pong", ""),
+    Variant("hf_static_compiled", "pytorch_hf_static_compiled",
+            "PyTorch: static cache + torch.compile {mode}, fullgraph (CUDA graphs)", "", True),
+    Variant("static_step_compiled", "pytorch_static_step_compiled",
+            "PyTorch: hand-written static step, torch.compile {mode} (CUDA graphs)", "", True),
 ]
 VARIANTS_BY_KEY = {variant.key: variant for variant in VARIANTS}
 PRECISIONS = ("fp32", "tf32", "bf16")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
+ANCHORS = ("hf_static_compiled", "static_step_compiled")  # the compiled anchors
+ANCHOR_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # both capture CUDA graphs
+COMPILED = ("compile", "pingpong") + ANCHORS
 
 
 # ---------------------------------------------------------------- helpers without torch
@@ -146,6 +180,10 @@ def name_list(choices):
                 f"expected names from {','.join(choices)}, got '{text}'")
         return [name for name in choices if name in names]  # canonical order, no repeats
     return parse
+
+
+def batch_list(text: str) -> list:
+    return [] if text == "none" else integer_list(text)
 
 
 def positive(text: str) -> int:
@@ -227,6 +265,64 @@ def output_path(out: pathlib.Path, variant: Variant, precision: str, suffix: str
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def sizes_of(variant: Variant, batches: list, new_tokens: list, sweep_batches: list) -> list:
+    """(batch, new tokens) of one variant's run, in order: every batch at every N, and for
+    a compiled anchor the batch sweep's batches at the smallest N too."""
+    sizes = [(batch, tokens) for batch in batches for tokens in new_tokens]
+    if variant.key in ANCHORS:
+        sizes += [(batch, min(new_tokens)) for batch in sweep_batches
+                  if (batch, min(new_tokens)) not in sizes]
+    return sizes
+
+
+def compare_tokens(tokens: list, reference: list, eos: int) -> dict:
+    """A variant's tokens [B][steps] (the chapters' stopping rule) against Hugging Face
+    generate()'s [B][steps'] on the same prompts. generate() pads a row past its first EOS,
+    so a row is compared up to and including that EOS; the step counts must match too."""
+    compared = agreeing = 0
+    first_divergent = None
+    for row, reference_row in zip(tokens, reference):
+        for step, (mine, theirs) in enumerate(zip(row, reference_row)):
+            compared += 1
+            if mine == theirs:
+                agreeing += 1
+            elif first_divergent is None or step < first_divergent:
+                first_divergent = step
+            if theirs == eos:
+                break
+    steps = len(tokens[0]) if tokens else 0
+    reference_steps = len(reference[0]) if reference else 0
+    if steps != reference_steps and first_divergent is None:
+        first_divergent = min(steps, reference_steps)
+    return {"equal": bool(compared) and agreeing == compared and steps == reference_steps
+            and len(tokens) == len(reference),
+            "steps": steps, "reference_steps": reference_steps,
+            "compared_tokens": compared, "agreeing_tokens": agreeing,
+            "agreement": agreeing / compared if compared else 0.0,
+            "first_divergent_step": first_divergent}
+
+
+def token_check_line(check: dict) -> str:
+    """One line for the log and for a failed configuration's error."""
+    if check["equal"]:
+        return f"tokens equal to Hugging Face eager generate() ({check['compared_tokens']} compared)"
+    margin = check.get("reference_margin_at_divergence")
+    return (f"tokens differ from Hugging Face eager generate(): agreement "
+            f"{100 * check['agreement']:.1f}% of {check['compared_tokens']}, first divergent "
+            f"step {check['first_divergent_step']}, {check['steps']} steps against "
+            f"{check['reference_steps']}"
+            + (f", reference top-1/top-2 margin there {margin:.3g}" if margin is not None else ""))
+
+
+class TokenCheckFailed(RuntimeError):
+    """An fp32 anchor whose tokens are not Hugging Face's: the configuration fails."""
+
+    def __init__(self, check: dict, row: dict):
+        super().__init__(token_check_line(check))
+        self.check = check
+        self.row = row
 
 
 # ---------------------------------------------------------------- the decode loops
@@ -412,20 +508,105 @@ class VariantRunner:
         self.bandwidth = measure_copy_bandwidth(torch)
         self.banner = device_banner(torch, transformers)
         self.compiled_forward = None
+        self.anchor_forward = None
         self.compile_error = None
         self.pingpong = None
+        self.references = {}  # (batch, new tokens) -> Hugging Face eager generate()'s check data
+
+    def raise_recompile_limit(self):
+        dynamo = self.torch._dynamo.config
+        # One graph per (batch, cache length), static shapes: more than dynamo's default
+        # of 8 recompilations in a long sweep.
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(dynamo, name):
+                setattr(dynamo, name, 64)
 
     def compiled(self):
         if self.compiled_forward is None:
-            dynamo = self.torch._dynamo.config
-            # One graph per (batch, cache length), static shapes: more than dynamo's default
-            # of 8 recompilations in a long sweep.
-            for name in ("recompile_limit", "cache_size_limit"):
-                if hasattr(dynamo, name):
-                    setattr(dynamo, name, 64)
+            self.raise_recompile_limit()
             mode = None if self.args.compile_mode == "default" else self.args.compile_mode
             self.compiled_forward = self.torch.compile(self.model.forward, mode=mode, dynamic=False)
         return self.compiled_forward
+
+    def mark_step(self):
+        """Tells CUDA graph trees that a new step begins (the outputs of the last are dead)."""
+        mark = getattr(self.torch.compiler, "cudagraph_mark_step_begin", None)
+        if mark is not None:
+            mark()
+
+    def hf_static_compiled_decoder(self, cache, new_tokens: int):
+        """Hugging Face's recipe: torch.compile(model.forward, mode="reduce-overhead",
+        fullgraph=True), called by the static variant's loop."""
+        torch = self.torch
+        if self.anchor_forward is None:
+            self.raise_recompile_limit()
+            self.anchor_forward = torch.compile(self.model.forward,
+                                                mode=self.args.anchor_compile_mode, fullgraph=True)
+
+        def forward(**inputs):
+            self.mark_step()
+            return self.anchor_forward(**inputs)
+        return lambda prompts: decode_static_cache(torch, forward, cache, prompts, new_tokens,
+                                                   self.eos)
+
+    def static_step_decoder(self, batch: int, new_tokens: int):
+        """scripts/gpt2_static_decode.py's decoder on this model's weights (its state dict:
+        Conv1D [in, out], "transformer." keys), its step compiled, one wait per generation."""
+        from gpt2_static_decode import StaticGPT2Decoder, compile_step
+        self.raise_recompile_limit()
+        decoder = StaticGPT2Decoder(self.config.to_dict(), self.model.state_dict(), batch, 1,
+                                    new_tokens, self.eos, dtype=self.model.dtype, device=DEVICE)
+        step = compile_step(decoder, self.args.anchor_compile_mode)
+
+        def decode(prompts):
+            tokens, steps = decoder.generate(prompts, step)
+            return tokens, steps, 1
+        return decode
+
+    def reference(self, batch: int, new_tokens: int) -> dict:
+        """Hugging Face's eager generate() (no compile, its dynamic cache), greedy, on the
+        same model, prompts and precision: its tokens and each step's smallest top-1/top-2
+        logit margin (a divergence at a near-tie points at rounding, not at a bug)."""
+        key = (batch, new_tokens)
+        if key not in self.references:
+            torch, transformers = self.torch, self.transformers
+
+            class MarginRecorder(transformers.LogitsProcessor):
+                def __init__(self):
+                    self.margins = []
+
+                def __call__(self, input_ids, scores):
+                    top2 = scores.topk(2, dim=-1).values
+                    self.margins.append((top2[:, 0] - top2[:, 1]).min())
+                    return scores
+
+            prompts = torch.full((batch, 1), self.bos, dtype=torch.long, device=DEVICE)
+            recorder = MarginRecorder()
+            with torch.no_grad():
+                output = self.model.generate(
+                    input_ids=prompts, attention_mask=torch.ones_like(prompts),
+                    max_new_tokens=new_tokens, do_sample=False, num_beams=1,
+                    eos_token_id=self.eos, pad_token_id=self.eos,
+                    logits_processor=transformers.LogitsProcessorList([recorder]))
+            self.references[key] = {
+                "tokens": output[:, prompts.shape[1]:].cpu().tolist(),
+                "margins": torch.stack(recorder.margins).float().cpu().tolist()}
+            del output
+            gc.collect()
+            torch.cuda.empty_cache()
+        return self.references[key]
+
+    def token_check(self, batch: int, new_tokens: int, tokens) -> dict:
+        reference = self.reference(batch, new_tokens)
+        check = compare_tokens(tokens.cpu().tolist(), reference["tokens"], self.eos)
+        margins = reference["margins"]
+        divergent = check["first_divergent_step"]
+        check.update({
+            "reference": "Hugging Face generate(), eager, greedy, same weights and precision",
+            "reference_min_top2_margin": min(margins) if margins else None,
+            "reference_margin_at_divergence": (margins[divergent] if divergent is not None
+                                               and divergent < len(margins) else None)})
+        return check
 
     def decoder(self, variant: Variant, batch: int, new_tokens: int):
         """What one run of the variant calls, with everything it reuses made up front."""
@@ -434,10 +615,14 @@ class VariantRunner:
             return lambda prompts: decode_naive(torch, model, prompts, new_tokens, self.eos)
         if variant.key in ("dynamic", "expandable"):
             return lambda prompts: decode_dynamic_cache(torch, model, prompts, new_tokens, self.eos)
+        if variant.key == "static_step_compiled":
+            return self.static_step_decoder(batch, new_tokens)
         cache = make_static_cache(self.transformers, model, batch, 1 + new_tokens)
         if variant.key == "static":
             return lambda prompts: decode_static_cache(torch, model, cache, prompts, new_tokens,
                                                        self.eos)
+        if variant.key == "hf_static_compiled":
+            return self.hf_static_compiled_decoder(cache, new_tokens)
         forward = self.compiled()
         if variant.key == "compile":
             return lambda prompts: decode_static_cache(torch, forward, cache, prompts, new_tokens,
@@ -456,9 +641,9 @@ class VariantRunner:
         with torch.no_grad():
             decode = self.decoder(variant, batch, new_tokens)
             for index in range(args.warmup):
-                compiling = variant.key in ("compile", "pingpong") and index == 0
+                compiling = variant.key in COMPILED and index == 0
                 progress(f"{where}: warm-up {index + 1}/{args.warmup}"
-                         + (" (compiles the forward: can take a minute)" if compiling else ""))
+                         + (" (compiles the step: can take a minute)" if compiling else ""))
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 decode(prompts)
@@ -483,7 +668,11 @@ class VariantRunner:
                 if token_hash != first_hash:
                     raise RuntimeError(f"run {index + 1} generated different tokens than run 1")
                 progress(f"{where}: run {index + 1}/{runs} {seconds[-1]:.4f} s ({steps} steps)")
-        del decode, prompts
+            check = None
+            if variant.key in ANCHORS:  # outside the timing
+                check = self.token_check(batch, new_tokens, tokens)
+                progress(f"{where}: {token_check_line(check)}")
+        del decode, prompts, tokens
         gc.collect()
         torch.cuda.empty_cache()
         row = {"batch": batch, "new_tokens": new_tokens, "prompt_length": 1, "steps": steps,
@@ -504,6 +693,12 @@ class VariantRunner:
             "token_hash": first_hash,
             "warmup_s": warmup_seconds,
         })
+        if variant.key == "static_step_compiled":
+            row["device_steps"] = new_tokens  # the GPU runs every step; the output keeps `steps`
+        if check is not None:
+            row["token_check"] = check
+            if self.args.precision == "fp32" and not check["equal"]:
+                raise TokenCheckFailed(check, row)
         return row
 
     def run(self, variant: Variant, path: pathlib.Path) -> None:
@@ -512,12 +707,22 @@ class VariantRunner:
         allocator = "PyTorch caching allocator"
         if variant.allocator_conf:
             allocator += f", {ALLOCATOR_VARIABLE}={variant.allocator_conf}"
+        anchor = variant.key in ANCHORS
+        if anchor:
+            compile_mode = args.anchor_compile_mode
+        elif variant.key in COMPILED:
+            compile_mode = args.compile_mode
+        else:
+            compile_mode = None
+        weights = f"random (transformers' initialisation, torch.manual_seed({args.seed}))"
+        if variant.key == "static_step_compiled":
+            weights += ", the Hugging Face model's own tensors"
         document = {
             "chapter": variant.chapter,
-            "title": variant.title,
+            "title": variant.full_title(args.anchor_compile_mode),
             "device": self.banner,
             "precision": args.precision,
-            "weights": f"random (transformers' initialisation, torch.manual_seed({args.seed}))",
+            "weights": weights,
             "prompts": "BOS only",
             "allocator": allocator,
             "copy_bandwidth_bytes_per_s": self.bandwidth,
@@ -526,40 +731,51 @@ class VariantRunner:
                 "torch": torch.__version__,
                 "transformers": self.transformers.__version__,
                 "attention": getattr(self.config, "_attn_implementation", None),
-                "compile_mode": args.compile_mode if variant.key in ("compile", "pingpong") else None,
+                "compile_mode": compile_mode,
+                "fullgraph": True if anchor else None,
             },
             "error": None,
             "failed_configurations": [],
             "complete": False,
         }
+        if anchor:
+            document["token_reference"] = ("Hugging Face generate(), eager (not compiled), "
+                                           "greedy, same weights, prompts and precision")
         write_json(path, document)
-        compiled = variant.key in ("compile", "pingpong")
-        for batch in args.batch:
-            for new_tokens in args.new_tokens:
-                if compiled and self.compile_error:
-                    # Compiling again would fail again, a minute at a time.
-                    message = f"skipped: torch.compile failed before ({self.compile_error})"
-                    document["failed_configurations"].append(
-                        {"batch": batch, "new_tokens": new_tokens, "error": message})
-                    continue
-                try:
-                    document["configurations"].append(self.measure(variant, label, batch, new_tokens))
-                except Exception as error:  # recorded; the next configuration still runs
-                    traceback.print_exc()  # the whole story for the log; the JSON keeps one line
-                    message = short_error(error)
-                    progress(f"{label}: batch {batch}, {new_tokens} new tokens: FAILED: {message}")
-                    document["failed_configurations"].append(
-                        {"batch": batch, "new_tokens": new_tokens, "error": message})
-                    if compiled and not document["configurations"]:
-                        self.compile_error = message
-                    gc.collect()
-                    torch.cuda.empty_cache()
-                write_json(path, document)
+        compiled = variant.key in COMPILED
+        for batch, new_tokens in sizes_of(variant, args.batch, args.new_tokens, args.sweep_batch):
+            if compiled and self.compile_error:
+                # Compiling again would fail again, a minute at a time.
+                message = f"skipped: torch.compile failed before ({self.compile_error})"
+                document["failed_configurations"].append(
+                    {"batch": batch, "new_tokens": new_tokens, "error": message})
+                continue
+            try:
+                document["configurations"].append(self.measure(variant, label, batch, new_tokens))
+            except TokenCheckFailed as error:  # timed, but not the reference's tokens
+                progress(f"{label}: batch {batch}, {new_tokens} new tokens: FAILED: {error}")
+                document["failed_configurations"].append(
+                    {"batch": batch, "new_tokens": new_tokens, "error": str(error),
+                     "token_check": error.check, "configuration": error.row})
+            except Exception as error:  # recorded; the next configuration still runs
+                traceback.print_exc()  # the whole story for the log; the JSON keeps one line
+                message = short_error(error)
+                progress(f"{label}: batch {batch}, {new_tokens} new tokens: FAILED: {message}")
+                document["failed_configurations"].append(
+                    {"batch": batch, "new_tokens": new_tokens, "error": message})
+                if compiled and not document["configurations"]:
+                    self.compile_error = message
+                gc.collect()
+                torch.cuda.empty_cache()
+            write_json(path, document)
         if document["failed_configurations"] and not document["configurations"]:
             document["error"] = document["failed_configurations"][0]["error"]
         # Proof that the allocator read PYTORCH_CUDA_ALLOC_CONF: its segments say how they grow.
         document["framework"]["expandable_segments"] = any(
             segment.get("is_expandable", False) for segment in torch.cuda.memory_snapshot())
+        if anchor:  # graphs torch.compile ran without CUDA graphs (inductor's count, reasons in the log)
+            from torch._dynamo.utils import counters
+            document["framework"]["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
         document["complete"] = True
         write_json(path, document)
 
@@ -585,19 +801,24 @@ def run_worker(args) -> int:
 # ---------------------------------------------------------------- the parent (no torch)
 
 def process_groups(variant_keys: list) -> list:
-    """Variants sharing an allocator setting share a process (and a compiled forward)."""
+    """Variants sharing an allocator setting share a process (and a compiled forward); a
+    compiled anchor has one of its own: [(allocator setting, [variant keys])]."""
     groups = {}
     for key in variant_keys:
-        groups.setdefault(VARIANTS_BY_KEY[key].allocator_conf, []).append(key)
-    return list(groups.items())
+        variant = VARIANTS_BY_KEY[key]
+        group = (variant.allocator_conf, key if variant.own_process else "")
+        groups.setdefault(group, []).append(key)
+    return [(allocator_conf, keys) for (allocator_conf, _), keys in groups.items()]
 
 
-def record_crash(path: pathlib.Path, variant: Variant, precision: str, message: str) -> None:
+def record_crash(path: pathlib.Path, variant: Variant, precision: str, message: str,
+                 anchor_compile_mode: str = ANCHOR_COMPILE_MODES[0]) -> None:
     """A worker that died left this variant unfinished: say so in its JSON."""
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError):
-        document = {"chapter": variant.chapter, "title": variant.title, "device": "",
+        document = {"chapter": variant.chapter, "title": variant.full_title(anchor_compile_mode),
+                    "device": "",
                     "precision": precision, "weights": "", "prompts": "BOS only", "allocator": "",
                     "copy_bandwidth_bytes_per_s": 0.0, "configurations": [],
                     "failed_configurations": []}
@@ -625,7 +846,10 @@ def run_parent(args) -> int:
                  "--new-tokens", ",".join(map(str, args.new_tokens)),
                  "--runs", str(args.runs), "--naive-runs", str(args.naive_runs),
                  "--warmup", str(args.warmup), "--seed", str(args.seed),
-                 "--compile-mode", args.compile_mode, "--out", str(args.out)]
+                 "--compile-mode", args.compile_mode,
+                 "--anchor-compile-mode", args.anchor_compile_mode,
+                 "--sweep-batch", ",".join(map(str, args.sweep_batch)) or "none",
+                 "--out", str(args.out)]
     if args.suffix:
         forwarded += ["--suffix", args.suffix]
     written = []
@@ -661,7 +885,8 @@ def run_parent(args) -> int:
                 path = output_path(args.out, VARIANTS_BY_KEY[key], precision, args.suffix)
                 if code != 0:
                     record_crash(path, VARIANTS_BY_KEY[key], precision,
-                                 f"the process running it exited with code {code}")
+                                 f"the process running it exited with code {code}",
+                                 args.anchor_compile_mode)
                 written.append(path)
     progress(f"pytorch_baseline.py: {len(written)} files in {args.out} "
              f"({time.perf_counter() - started:.0f} s)")
@@ -690,7 +915,17 @@ def parse_arguments(argv):
     parser.add_argument("--seed", type=non_negative, default=0,
                         help="torch.manual_seed before the model is built (default 0)")
     parser.add_argument("--compile-mode", choices=COMPILE_MODES, default=COMPILE_MODES[0],
-                        help="torch.compile mode of the compiled variants (default %(default)s)")
+                        help="torch.compile mode of the compile and pingpong variants "
+                             "(default %(default)s)")
+    parser.add_argument("--anchor-compile-mode", choices=ANCHOR_COMPILE_MODES,
+                        default=ANCHOR_COMPILE_MODES[0],
+                        help="torch.compile mode of the compiled anchors (hf_static_compiled, "
+                             "static_step_compiled), fullgraph=True; max-autotune compiles "
+                             "for minutes (default %(default)s)")
+    parser.add_argument("--sweep-batch", type=batch_list, default=[1, 8, 64],
+                        help="the compiled anchors also run these batches at the smallest "
+                             "--new-tokens, into the same file; 'none' for no sweep "
+                             "(default 1,8,64)")
     parser.add_argument("--out", type=pathlib.Path, default=REPOSITORY / "results" / "latest",
                         help="where the JSON files go (default results/latest)")
     parser.add_argument("--suffix", default="",
