@@ -31,7 +31,8 @@
 # LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the committed PyTorch
 # rows: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
 # LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g. "--precision
-# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too).
+# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too; the compiled
+# anchors always run it, see scripts/pytorch_baseline.py --sweep-batch).
 #
 # Nothing is lost when a run does not complete. Without a GPU (nvidia-smi lists none) the
 # job says so in one line and exits with code 3 before it builds or writes anything. A
@@ -230,8 +231,10 @@ if [ $pytorch = 1 ]; then
     python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
       echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
     if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
+      # The compiled anchors ran their batch sweep above (--sweep-batch): not again here.
       python3 scripts/pytorch_baseline.py --out "$staging" --batch 1,8,64 --new-tokens 100 \
-        --runs "$pytorch_runs" --naive-runs "$pytorch_runs" --suffix sweep "${extra_pytorch[@]}" ||
+        --runs "$pytorch_runs" --naive-runs "$pytorch_runs" --suffix sweep \
+        --variants naive,dynamic,expandable,static,compile,pingpong "${extra_pytorch[@]}" ||
         echo "run_ladder.sh: the PyTorch batch sweep failed (exit $?)" >&2
     fi
   else
