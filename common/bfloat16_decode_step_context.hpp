@@ -51,6 +51,12 @@ class BfloatDecodeStepContext {
     });
   }
 
+  /// The plan the products of `rows` rows (at most kDecodeMaxRows) of [K, N] run with on
+  /// this context (plan_decode_matmul_bf16): the persistent kernel runs the same blocks.
+  DecodeMatmulPlan plan(int rows, int K, int N) {
+    return plan_decode_matmul_bf16(rows, K, N, workspace_);
+  }
+
   /// The tied LM head over x [rows, C] bf16: fp32 logits [rows, V] (null: not written)
   /// and the argmax's first pass on them, candidate_values and candidate_indices
   /// [rows, decode_lm_head_candidates(V)]. Returns the candidates as the argmax step
