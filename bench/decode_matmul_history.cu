@@ -810,8 +810,8 @@ class Problem {
     out16_ = reinterpret_cast<Bfloat*>(buffers_.allocate<std::uint16_t>(residual.size()));
 
     multiprocessors_ = device.multiprocessors;
-    const int column_warps = (N_ + kWarps - 1) / kWarps;
-    warp_splits_ = choose_splits(K_ / 4 / kWarpSize, column_warps, multiprocessors_);
+    const int column_blocks = (N_ + kWarps - 1) / kWarps;  // versions 1-3: a warp per column
+    warp_splits_ = choose_splits(K_ / 4 / kWarpSize, column_blocks, multiprocessors_);
     const ladder::DecodeWeightLayout layout = ladder::DecodeWeightLayout::of(K_, N_);
     column_tiles_ = layout.column_tiles;
     tile_product_ = split_product(x_, layout.padded_rows, kChunkRows);
