@@ -343,6 +343,7 @@ void check_bf16_generation(const std::vector<std::string>& arguments,
   REQUIRE_FALSE(ladder::testing::bf16_chapter_names().empty());
   for (const std::string& chapter : ladder::testing::bf16_chapter_names()) {
     INFO("chapter " << chapter);
+    if (expected.batch > ladder::testing::chapter_batch_limit(chapter)) continue;
     const ChapterOutput output =
         ladder::testing::generate_with_chapter(chapter, arguments, vocab_size, true);
     REQUIRE(output.batch == expected.batch);

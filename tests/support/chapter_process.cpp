@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -58,6 +59,13 @@ std::vector<std::string> fp32_chapter_names() {
   for (const std::string& name : chapter_names())
     if (std::find(bf16.begin(), bf16.end(), name) == bf16.end()) names.push_back(name);
   return names;
+}
+
+int chapter_batch_limit(const std::string& chapter) {
+  const std::vector<std::string> limited = split_names(LADDER_64_ROW_CHAPTERS);
+  return std::find(limited.begin(), limited.end(), chapter) != limited.end()
+             ? 64
+             : std::numeric_limits<int>::max();
 }
 
 std::vector<std::string> gpu_chapter_names() {

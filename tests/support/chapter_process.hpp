@@ -26,6 +26,10 @@ std::vector<std::string> bf16_chapter_names();
 /// chapter_names() without the bf16 chapters: the chapters that emit fp32's tokens.
 std::vector<std::string> fp32_chapter_names();
 
+/// The most rows `chapter` decodes in one batch: 64 for the chapters that hold a whole
+/// batch in one persistent kernel, unbounded (INT_MAX) for the others.
+int chapter_batch_limit(const std::string& chapter);
+
 /// Path of a file under tests/data.
 std::string test_data_path(const std::string& relative);
 
