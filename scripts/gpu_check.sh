@@ -33,6 +33,10 @@
 #             ncu_product/PRODUCT.bB.txt, its report PRODUCT.bB.ncu-rep and the per-instruction
 #             source counters PRODUCT.bB.sass.csv; LADDER_NCU_CHAPTER=10: the same product of chapter 10 (its
 #             decode_matmul_bf16 launches), into ncu_product/bf16_PRODUCT.bB.*
+#   persistent  chapter 11 (one persistent kernel): its GPU tests ([persistent]: equal to
+#             chapter 10 bit for bit, repeats, the watchdog), then chapters 10 and 11 side
+#             by side at B = 1, 8, 32, 64 (N = 100) and B = 32 at N = 400, one run each
+#             process, the tables and JSON under persistent/ (LADDER_PERSISTENT_RUNS, 5)
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -112,7 +116,7 @@ if wants golden; then
   fi
 fi
 
-if wants test || wants kernels || wants hf || wants serving || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants product || wants ladder; then
+if wants test || wants persistent || wants kernels || wants hf || wants serving || wants sanitize || wants bench || wants micro || wants golden_bf16 || wants profile || wants product || wants ladder; then
   start=$(date +%s)
   extra=()
   [ -n "${LADDER_DEPS_PREFIX:-}" ] && extra+=("-DCMAKE_PREFIX_PATH=$LADDER_DEPS_PREFIX")
@@ -343,6 +347,25 @@ if wants bench; then
     grep -E '^ +[0-9]+ +[0-9]+ ' "$out/logs/$name.bench.log"
   done
   tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$out/results"
+fi
+
+if wants persistent; then
+  mkdir -p "$out/persistent"
+  LADDER_PERSISTENT_WATCHDOG_MS=${LADDER_PERSISTENT_WATCHDOG_MS:-5000} \
+    limited timeout 400 "$build/tests/gpu_tests" "[persistent]" > "$out/logs/gpu_tests.persistent.log" 2>&1
+  note "gpu_tests [persistent]: exit $?, $(grep -E '^(All tests passed|test cases:)' "$out/logs/gpu_tests.persistent.log" | tail -1)"
+  grep -B2 -A12 -E 'FAILED|REQUIRE.*failed|CHECK.*failed' "$out/logs/gpu_tests.persistent.log" | head -40
+  for chapter in 10_mixed_precision 11_persistent_kernel; do
+    for workload in "--batch 1,8,32,64 --new-tokens 100:sweep" "--batch 32 --new-tokens 400:n400"; do
+      # shellcheck disable=SC2086  # the workload is a list of flags
+      LADDER_PERSISTENT_WATCHDOG_MS=${LADDER_PERSISTENT_WATCHDOG_MS:-5000} \
+        limited "$build/chapters/$chapter" ${workload%%:*} --runs "${LADDER_PERSISTENT_RUNS:-5}" \
+        --compact --json "$out/persistent/$chapter.${workload##*:}.json" \
+        > "$out/persistent/$chapter.${workload##*:}.txt" 2>&1
+      note "$chapter ${workload%%:*}: exit $?"
+      cat "$out/persistent/$chapter.${workload##*:}.txt"
+    done
+  done
 fi
 
 if wants micro; then
