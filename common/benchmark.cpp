@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -217,6 +218,63 @@ std::string format_json(const ReportHeader& header, const std::vector<BenchmarkR
   }
   document["configurations"] = configurations;
   return document.dump(2) + "\n";
+}
+
+StepTimes parse_step_times(const std::string& json_text, const std::string& source) {
+  const nlohmann::json document = nlohmann::json::parse(json_text, nullptr, false);
+  const auto refuse = [&](const std::string& problem) {
+    return std::runtime_error(source + ": " + problem + "; give a chapter's --json output");
+  };
+  if (document.is_discarded()) throw refuse("not JSON");
+  if (!document.is_object() || !document.contains("configurations") ||
+      !document["configurations"].is_array())
+    throw refuse("no \"configurations\" array");
+  StepTimes times;
+  for (const nlohmann::json& row : document["configurations"]) {
+    if (!row.is_object() || !row.contains("batch") || !row.contains("new_tokens") ||
+        !row.contains("ms_per_step") || !row["batch"].is_number_integer() ||
+        !row["new_tokens"].is_number_integer() || !row["ms_per_step"].is_number())
+      throw refuse("a configuration without batch, new_tokens and ms_per_step");
+    times[{row["batch"].get<int>(), row["new_tokens"].get<int>()}] =
+        row["ms_per_step"].get<double>();
+  }
+  return times;
+}
+
+StepTimes read_step_times(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw std::runtime_error(path + ": cannot be read");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_step_times(text.str(), path);
+}
+
+std::string format_compact_table(const ReportHeader& header, const std::vector<BenchmarkRow>& rows,
+                                 const StepTimes& previous) {
+  constexpr std::size_t kColumns = 100;
+  std::string title = header.chapter + " | " + header.precision + " | prompts: " + header.prompts;
+  if (title.size() > kColumns) title = title.substr(0, kColumns - 3) + "...";
+  std::ostringstream out;
+  out << title << "\n";
+  char line[160];
+  const char* heading = "%5s %5s %9s %10s %8s %7s  %s\n";
+  std::snprintf(line, sizeof line, heading, "B", "N", "ms/step", "tokens/s", "x floor", "x prev",
+                "tokens hash");
+  out << line;
+  for (const BenchmarkRow& row : rows) {
+    const double ms = row.milliseconds_per_step();
+    const auto before = previous.find({row.batch, row.new_tokens});
+    const bool known = before != previous.end() && before->second > 0;
+    std::snprintf(line, sizeof line, "%5d %5d %9.3f %10.0f %8s %7s  %s\n", row.batch,
+                  row.new_tokens, ms, row.tokens_per_second(),
+                  measured(row.floor_seconds > 0, "%.2f",
+                           row.floor_seconds > 0 ? row.time.median / row.floor_seconds : 0.0)
+                      .c_str(),
+                  measured(known, "%.2f", known ? ms / before->second : 0.0).c_str(),
+                  row.token_hash.c_str());
+    out << line;
+  }
+  return out.str();
 }
 
 }  // namespace ladder

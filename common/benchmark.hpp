@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.hpp"
@@ -101,5 +103,22 @@ std::string format_table(const ReportHeader& header, const std::vector<Benchmark
 
 /// The same as JSON (one object: header fields and a "configurations" array).
 std::string format_json(const ReportHeader& header, const std::vector<BenchmarkRow>& rows);
+
+/// ms per step of a run, by (batch, new tokens).
+using StepTimes = std::map<std::pair<int, int>, double>;
+
+/// The ms per step of every configuration of a format_json() document. Throws
+/// std::runtime_error naming `source` when it is not one (a bad file).
+StepTimes parse_step_times(const std::string& json_text, const std::string& source);
+
+/// parse_step_times() of the file at `path`; throws std::runtime_error when it cannot be read.
+StepTimes read_step_times(const std::string& path);
+
+/// The table for a projector, at most 100 columns: one title line (chapter, precision,
+/// prompts), then per configuration batch, new tokens, ms/step, tokens/s, x floor ("-"
+/// without a floor), x prev (this ms/step over `previous`'s for the same batch and new
+/// tokens; "-" where `previous` has none) and the tokens hash.
+std::string format_compact_table(const ReportHeader& header, const std::vector<BenchmarkRow>& rows,
+                                 const StepTimes& previous = {});
 
 }  // namespace ladder

@@ -289,7 +289,8 @@ void dump_logits_if_asked(AnyDecoder& decoder, const Plan& plan, const PromptBat
 void write_outputs(const Plan& plan, const ReportHeader& header,
                    const std::vector<BenchmarkRow>& rows, const GenerationOutput& last_output) {
   const RunOptions& options = plan.options;
-  std::cout << format_table(header, rows);
+  std::cout << (options.compact ? format_compact_table(header, rows, options.previous_step_times)
+                                : format_table(header, rows));
   if (!options.json_output.empty()) write_text_file(options.json_output, format_json(header, rows));
   if (!options.tokens_output.empty())
     write_token_rows(options.tokens_output, last_output.tokens, last_output.batch,

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/benchmark.hpp"
 #include "common/cuda_check.hpp"
 
 namespace ladder {
@@ -100,6 +101,10 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
       options.step_timeline = true;
     } else if (flag == "--quiet") {
       options.quiet = true;
+    } else if (flag == "--compact") {
+      options.compact = true;
+    } else if (flag == "--compare") {
+      options.compare_file = value();
     } else {
       throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     }
@@ -113,6 +118,11 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
   if (!options.weights_directory.empty() && !options.config_file.empty())
     throw std::invalid_argument(
         "--config: only for random weights; --weights brings its own config");
+  if (!options.compare_file.empty()) {
+    if (!options.compact)
+      throw std::invalid_argument("--compare: only with --compact, whose x prev column it fills");
+    options.previous_step_times = read_step_times(options.compare_file);
+  }
   return options;
 }
 
@@ -124,9 +134,13 @@ memory table for every (batch, new tokens) configuration.
 
 workload
   --batch LIST              rows per batch, e.g. 32 or 1,8,32,64        (default 32)
-  --new-tokens LIST         new tokens per row, e.g. 100,200,400     (default 100,200,400)
+  --new-tokens LIST         new tokens per row, e.g. 100,200,400     (default 100,200,400);
+                            a prompt of T tokens and N new must fit the model's context:
+                            T + N <= n_positions (1024 for GPT-2)
   --runs N                  timed runs per configuration                (default 5)
   --warmup N                untimed runs first                          (default 1)
+                            (a GPU chapter runs at least one: a first run
+                            captures graphs and fills caches)
   --seed S                  seed of the random weights and prompts      (default 0)
 model
   --weights DIR             Hugging Face GPT-2 directory (config.json, model.safetensors);
@@ -152,6 +166,11 @@ output
                             step in the order they started: when each started and
                             ended, and what it added to the step
   --quiet                   print only the table
+  --compact                 a table of at most 100 columns, for a projector: batch, new
+                            tokens, ms/step, tokens/s, x floor, x previous, tokens hash
+  --compare FILE            another run's --json (the previous chapter's): --compact's
+                            "x prev" column is this run's ms/step over that run's, for the
+                            configurations both ran
 
 exit codes
 )";

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/benchmark.hpp"  // StepTimes
+
 namespace ladder {
 
 /// Exit codes of a chapter executable (--help lists them).
@@ -43,6 +45,9 @@ struct RunOptions {
   std::string logits_output;        ///< write every step's logits here (for tests)
   bool print_text = false;          ///< decode and print row 0's text
   bool quiet = false;               ///< only the table
+  bool compact = false;             ///< the table in at most 100 columns (format_compact_table)
+  std::string compare_file;         ///< --compare: another run's --json, for "x prev"
+  StepTimes previous_step_times;    ///< read from compare_file
   bool kernel_profile = false;      ///< print the kernels that take the GPU's time
   bool step_timeline = false;       ///< print one decode step's kernels as they ran
   bool help = false;

@@ -96,3 +96,51 @@ TEST_CASE("the table and the JSON carry graph launches and host time per step", 
   CHECK(calls.at(1).at("waits_for_the_gpu").get<bool>());
   CHECK(rows.at(1).at("host_api_calls_per_step").is_null());
 }
+
+TEST_CASE("--compact's table fits 100 columns and divides by the previous run where known",
+          "[benchmark]") {
+  ladder::ReportHeader header;
+  header.chapter = "10_mixed_precision";
+  header.precision = "bf16";
+  header.prompts = "random, length 8";
+  header.weights = std::string(200, 'w');  // the full table's title; not the compact one's
+  std::vector<ladder::BenchmarkRow> rows;
+  for (const int batch : {1, 32}) {
+    ladder::BenchmarkRow row;
+    row.batch = batch;
+    row.new_tokens = row.steps = 100;
+    row.seconds = {0.040};
+    row.time = ladder::summarize(row.seconds);
+    row.floor_seconds = batch == 1 ? 0.010 : -1;  // no floor measured: "-"
+    row.token_hash = "0123456789abcdef";
+    rows.push_back(row);
+  }
+  // The previous chapter ran B = 1 only, at 0.5 ms a step; this one takes 0.4.
+  const ladder::StepTimes previous = ladder::parse_step_times(
+      R"({"configurations": [{"batch": 1, "new_tokens": 100, "ms_per_step": 0.5},
+                             {"batch": 8, "new_tokens": 100, "ms_per_step": 0.7}]})",
+      "previous.json");
+  const std::string table = ladder::format_compact_table(header, rows, previous);
+  INFO(table);
+  std::size_t start = 0;
+  int lines = 0;
+  for (std::size_t end; (end = table.find('\n', start)) != std::string::npos; start = end + 1) {
+    CHECK(end - start <= 100);
+    ++lines;
+  }
+  CHECK(lines == 4);  // title, heading, two rows
+  CHECK(table.rfind("10_mixed_precision | bf16 | prompts: random, length 8\n", 0) == 0);
+  CHECK(table.find("    B     N   ms/step   tokens/s  x floor  x prev  tokens hash\n") !=
+        std::string::npos);
+  // B = 1: 0.400 ms/step, 2500 tokens/s, 4.00x its floor, 0.80x the previous run.
+  CHECK(table.find("    1   100     0.400       2500     4.00    0.80  0123456789abcdef\n") !=
+        std::string::npos);
+  // B = 32: no floor, not in the previous run.
+  CHECK(table.find("   32   100     0.400      80000        -       -  0123456789abcdef\n") !=
+        std::string::npos);
+  // The previous run's file must be a chapter's --json.
+  CHECK_THROWS_WITH(ladder::parse_step_times("[1, 2]", "x.json"),
+                    Catch::Matchers::Contains("x.json: no \"configurations\" array"));
+  CHECK_THROWS_WITH(ladder::parse_step_times("{", "x.json"),
+                    Catch::Matchers::Contains("x.json: not JSON"));
+}

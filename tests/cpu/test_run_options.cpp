@@ -54,3 +54,13 @@ TEST_CASE("bad values name their flag", "[cli]") {
   CHECK_THROWS_WITH(parse({"--prompt", "a", "--prompt-file", "f"}), Contains("at most one"));
   CHECK_THROWS_WITH(parse({"--weights", "d", "--config", "c"}), Contains("--config"));
 }
+
+TEST_CASE("--compact and --compare parse; --compare needs --compact and a chapter's JSON",
+          "[cli]") {
+  using Catch::Matchers::Contains;
+  CHECK_FALSE(parse({}).compact);
+  CHECK(parse({"--compact"}).compact);
+  CHECK_THROWS_WITH(parse({"--compare", "previous.json"}), Contains("--compare: only with"));
+  CHECK_THROWS_WITH(parse({"--compact", "--compare", "/nonexistent/previous.json"}),
+                    Contains("/nonexistent/previous.json: cannot be read"));
+}
