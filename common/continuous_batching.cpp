@@ -246,6 +246,12 @@ double SteadyClock::now_ms() { return (steady_seconds() - start_seconds_) * 1e3;
 
 void SteadyClock::wait_until_ms(double ms) {
   const double wait_ms = ms - now_ms();
+  // A wait the trace's limits would have refused (kMaxArrivalMs), or one too long to
+  // convert to the sleep's integer duration, is a caller's bug: refused, never slept.
+  if (!(wait_ms <= kMaxArrivalMs))
+    throw std::invalid_argument("serving clock: a wait of " + std::to_string(wait_ms) +
+                                " ms is longer than the replay bound of " +
+                                std::to_string(kMaxArrivalMs) + " ms");
   if (wait_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(wait_ms));
 }
 

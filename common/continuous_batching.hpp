@@ -240,7 +240,8 @@ class ServingClock {
   virtual void step_finished() {}
 };
 
-/// Wall time since construction (std::chrono::steady_clock); waits by sleeping.
+/// Wall time since construction (std::chrono::steady_clock); waits by sleeping. A wait
+/// longer than kMaxArrivalMs (common/request_trace.hpp) throws std::invalid_argument.
 class SteadyClock : public ServingClock {
  public:
   SteadyClock();

@@ -80,6 +80,10 @@ std::string request_problem(const Request& request, double previous_arrival_ms,
   if (!std::isfinite(request.arrival_ms) || request.arrival_ms < 0) {
     return "the arrival time must be a finite number of milliseconds >= 0";
   }
+  if (limits.max_arrival_ms > 0 && request.arrival_ms > limits.max_arrival_ms) {
+    return "arrival " + shortest_decimal(request.arrival_ms) + " ms is later than the " +
+           shortest_decimal(limits.max_arrival_ms) + " ms a replay waits; bring it forward";
+  }
   if (request.arrival_ms < previous_arrival_ms) {
     return "arrival " + shortest_decimal(request.arrival_ms) + " ms is earlier than the " +
            "request before it (" + shortest_decimal(previous_arrival_ms) +
@@ -94,10 +98,10 @@ std::string request_problem(const Request& request, double previous_arrival_ms,
     }
   }
   const long long positions =
-      static_cast<long long>(request.prompt.size()) + request.max_new_tokens - 1;
+      static_cast<long long>(request.prompt.size()) + request.max_new_tokens;
   if (limits.context_positions > 0 && positions > limits.context_positions) {
     return "prompt length " + std::to_string(request.prompt.size()) + " + max_new_tokens " +
-           std::to_string(request.max_new_tokens) + " - 1 = " + std::to_string(positions) +
+           std::to_string(request.max_new_tokens) + " = " + std::to_string(positions) +
            " positions exceed the context of " + std::to_string(limits.context_positions) +
            "; shorten the prompt or lower the limit";
   }
@@ -118,6 +122,12 @@ std::vector<Request> generate_trace(const TraceOptions& options) {
   require_range(options.min_prompt_length, options.max_prompt_length, 1, "prompt length");
   if (options.vocab_size < 2) {
     throw std::invalid_argument("trace: random prompts need a vocabulary of 2 or more ids");
+  }
+  if (static_cast<long long>(options.requests) * options.max_prompt_length > kMaxTraceTokens) {
+    throw std::invalid_argument("trace: " + std::to_string(options.requests) +
+                                " requests of up to " + std::to_string(options.max_prompt_length) +
+                                " prompt tokens exceed the " + std::to_string(kMaxTraceTokens) +
+                                " a generated trace holds; ask for fewer or shorter");
   }
   const std::vector<double> arrivals = draw_arrivals(options);
   const bool exclude = options.excluded_id >= 0 && options.excluded_id < options.vocab_size;

@@ -60,9 +60,18 @@ struct TraceOptions {
   int excluded_id = 50256;  ///< ... other than this one (EOS), as common/prompts.hpp does
 };
 
+/// The most prompt tokens a generated trace may hold (requests x the longest prompt
+/// length): 2^26 ids, 256 MiB. generate_trace() refuses more before drawing anything.
+constexpr long long kMaxTraceTokens = 1LL << 26;
+
+/// The latest arrival a served trace may hold, in ms: one hour. A replay waits for every
+/// arrival, so a later one (or one whose wait would overflow) is refused up front.
+constexpr double kMaxArrivalMs = 3600.0 * 1000.0;
+
 /// The requests of `options`, random token prompts, in arrival order. Arrival times are
 /// whole microseconds (so a trace file written with them reads back exactly). Throws
-/// std::invalid_argument naming the option that is out of range.
+/// std::invalid_argument naming the option that is out of range, and for more than
+/// kMaxTraceTokens prompt tokens.
 std::vector<Request> generate_trace(const TraceOptions& options);
 
 /// As generate_trace(), but each request's prompt is one of `texts` (drawn with the
@@ -73,12 +82,14 @@ std::vector<Request> generate_text_trace(const TraceOptions& options,
                                          const std::vector<std::string>& texts,
                                          const Gpt2Tokenizer& tokenizer);
 
-/// What a trace must respect to run on a model: ids in [0, vocab_size), and every request
-/// must fit its slot: prompt length + max_new_tokens - 1 <= context_positions (the last
-/// generated token is never fed back). A non-positive value is not checked.
+/// What a trace must respect to run on a model: ids in [0, vocab_size), every request
+/// within the context as in chapters 00-10, prompt length + max_new_tokens <=
+/// context_positions, and every arrival at most max_arrival_ms. A non-positive value is
+/// not checked.
 struct TraceLimits {
   int vocab_size = 0;
   int context_positions = 0;
+  double max_arrival_ms = 0;
 };
 
 /// Throws std::invalid_argument, one line "trace: request i: problem" (i counted from 0),

@@ -31,36 +31,28 @@
 //           ... --json out.json              the table and slots-busy series, for the plot
 // Profile:  nsys profile -t cuda,nvtx build/current/chapters/12_continuous_batching
 //
-// Notation: S slots, each of `capacity` positions (the trace's longest prompt + limit - 1);
+// Notation: S slots, each of `capacity` positions (the trace's longest prompt + limit);
 // C = n_embd, H heads, D = C / H, V vocabulary; a request of P prompt tokens and N new.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
-#include "common/cli.hpp"
-#include "common/config.hpp"
 #include "common/continuous_batching.hpp"
 #include "common/cuda_check.hpp"
 #include "common/cuda_event.hpp"
 #include "common/cuda_graph.hpp"
 #include "common/decode_step_context.hpp"
 #include "common/device_model.hpp"
-#include "common/gpu_activity.hpp"
 #include "common/nvtx.hpp"
 #include "common/pinned_flag.hpp"
-#include "common/request_trace.hpp"
-#include "common/serving_statistics.hpp"
+#include "common/serving_report.hpp"
 #include "common/weights.hpp"
 #include "kernels/attention.cuh"
 #include "kernels/cache_attention.cuh"
@@ -72,191 +64,6 @@
 namespace {
 
 using namespace ladder;
-
-// ---------------------------------------------------------------- the command line
-
-constexpr const char* kUsage =
-    "usage: 12_continuous_batching [options]\n"
-    "Serves a trace of requests with continuous batching and with static batches of the\n"
-    "slot count, and prints (and writes, --json) output tokens/s, GPU idle, latency p50/p99.\n"
-    "  --trace FILE          replay this trace (format: common/request_trace.hpp)\n"
-    "  --requests N          generated trace: N requests (default 512; prompts 4-64 tokens,\n"
-    "                        limits 16-256 new tokens)\n"
-    "  --trace-seed X        generated trace: its seed (default 0)\n"
-    "  --rate R              generated trace: Poisson arrivals, R requests/s (default 0: all\n"
-    "                        at time 0)\n"
-    "  --prompt-lengths A-B  generated trace: prompt lengths uniform in [A, B] (default 4-64)\n"
-    "  --output-limits A-B   generated trace: limits uniform in [A, B] new tokens (default\n"
-    "                        16-256)\n"
-    "  --slots S             KV-cache slots, rows of the decode step (default 32)\n"
-    "  --kv-cache-budget-gib G  refuse more slots than fit in G GiB (default: the device's\n"
-    "                        free memory)\n"
-    "  --weights DIR         a Hugging Face GPT-2 directory (default: random GPT-2 small)\n"
-    "  --config FILE         random weights for this config.json\n"
-    "  --seed X              seed of the random weights (default 0)\n"
-    "  --eos ID              a request stops after producing this id (default: the config's)\n"
-    "  --tf32                TF32 tensor cores in the products\n"
-    "  --json FILE           write the results as JSON\n"
-    "  --cupti               one more, untimed run of each configuration under CUPTI: the\n"
-    "                        GPU's idle time as the profiler sees it, kernels per step\n"
-    "  --dump-requests FILE  write each request's slot and tokens, one request a line\n"
-    "  --help                this text\n"
-    "This chapter serves a trace, not one batch: --batch and --new-tokens belong to\n"
-    "chapters 00-10.\n"
-    "\nexit codes\n"
-    "  0  the table was printed\n"
-    "  1  a bad file (trace, config, weights) or a runtime error\n"
-    "  2  a bad command line, a trace that breaks the limits, more slots than fit\n"
-    "  3  no CUDA device (no NVIDIA GPU or driver)\n";
-
-struct ServingOptions {
-  std::string trace_file;
-  TraceOptions trace;
-  int slots = 32;
-  std::optional<double> kv_cache_budget_gib;
-  std::string weights_directory;
-  std::string config_file;
-  std::uint64_t seed = 0;
-  std::optional<int> eos_token_id;
-  bool allow_tf32 = false;
-  std::string json_file;
-  std::string dump_requests_file;
-  bool cupti = false;
-  bool help = false;
-};
-
-std::string text_after(int argc, char** argv, int& i) {
-  const std::string flag = argv[i];
-  if (i + 1 >= argc) throw std::invalid_argument(flag + ": needs a value");
-  return argv[++i];
-}
-
-/// The range "A-B" after flag argv[i]: whole numbers 1 <= A <= B <= 1e6.
-void range_after(int argc, char** argv, int& i, int& low, int& high) {
-  const std::string flag = argv[i];
-  const std::string text = text_after(argc, argv, i);
-  char* end = nullptr;
-  const long first = std::strtol(text.c_str(), &end, 10);
-  const bool dash = end != text.c_str() && *end == '-';
-  char* last_end = nullptr;
-  const long last = dash ? std::strtol(end + 1, &last_end, 10) : 0;
-  if (!dash || last_end == end + 1 || *last_end != '\0' || first < 1 || last < first ||
-      last > 1000000)
-    throw std::invalid_argument(flag + ": '" + text + "' is not a range A-B of whole numbers, " +
-                                "1 <= A <= B");
-  low = static_cast<int>(first);
-  high = static_cast<int>(last);
-}
-
-ServingOptions parse_serving_options(int argc, char** argv) {
-  ServingOptions options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help") {
-      options.help = true;
-    } else if (flag == "--trace") {
-      options.trace_file = text_after(argc, argv, i);
-    } else if (flag == "--requests") {
-      options.trace.requests = static_cast<int>(number_after_flag(argc, argv, i, 1, 1e7, true));
-    } else if (flag == "--trace-seed") {
-      options.trace.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
-    } else if (flag == "--rate") {
-      options.trace.arrivals_per_second = number_after_flag(argc, argv, i, 0, 1e9, false);
-    } else if (flag == "--prompt-lengths") {
-      range_after(argc, argv, i, options.trace.min_prompt_length, options.trace.max_prompt_length);
-    } else if (flag == "--output-limits") {
-      range_after(argc, argv, i, options.trace.min_new_tokens, options.trace.max_new_tokens);
-    } else if (flag == "--slots") {
-      options.slots = static_cast<int>(number_after_flag(argc, argv, i, 1, 4096, true));
-    } else if (flag == "--kv-cache-budget-gib") {
-      options.kv_cache_budget_gib = number_after_flag(argc, argv, i, 0, 1e6, false);
-    } else if (flag == "--weights") {
-      options.weights_directory = text_after(argc, argv, i);
-    } else if (flag == "--config") {
-      options.config_file = text_after(argc, argv, i);
-    } else if (flag == "--seed") {
-      options.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
-    } else if (flag == "--eos") {
-      options.eos_token_id = static_cast<int>(number_after_flag(argc, argv, i, -1, 1e9, true));
-    } else if (flag == "--tf32") {
-      options.allow_tf32 = true;
-    } else if (flag == "--cupti") {
-      options.cupti = true;
-    } else if (flag == "--json") {
-      options.json_file = text_after(argc, argv, i);
-    } else if (flag == "--dump-requests") {
-      options.dump_requests_file = text_after(argc, argv, i);
-    } else {
-      throw std::invalid_argument("unknown option '" + flag +
-                                  "'; this chapter serves a trace (see --help)");
-    }
-  }
-  if (!options.weights_directory.empty() && !options.config_file.empty())
-    throw std::invalid_argument("--weights and --config: give one of them");
-  return options;
-}
-
-// ---------------------------------------------------------------- the plan (no GPU)
-
-/// Everything decided before the GPU is touched, so bad input is refused on any machine.
-struct ServingPlan {
-  ServingOptions options;
-  Gpt2Config config;
-  std::optional<Gpt2Weights> checkpoint;  ///< loaded up front so a bad file is refused anywhere
-  int eos_token_id = 0;
-  std::vector<Request> trace;
-  int capacity = 0;  ///< positions per slot: the trace's longest P + N - 1
-  std::string trace_description;
-};
-
-ServingPlan make_serving_plan(const ServingOptions& options) {
-  ServingPlan plan;
-  plan.options = options;
-  if (!options.weights_directory.empty()) {
-    plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
-    plan.config = plan.checkpoint->config;
-  } else if (!options.config_file.empty()) {
-    plan.config = Gpt2Config::from_json_file(options.config_file);
-  }
-  plan.config.validate();
-  const Gpt2Config& config = plan.config;
-  plan.eos_token_id = options.eos_token_id.value_or(config.eos_token_id);
-  if (plan.eos_token_id >= config.vocab_size)
-    throw std::invalid_argument("--eos: id " + std::to_string(plan.eos_token_id) +
-                                " is outside the vocabulary of " +
-                                std::to_string(config.vocab_size));
-
-  const TraceLimits limits{config.vocab_size, config.n_positions};
-  if (!options.trace_file.empty()) {
-    plan.trace = read_trace(options.trace_file, limits);
-    plan.trace_description = options.trace_file;
-  } else {
-    TraceOptions trace = options.trace;
-    trace.vocab_size = config.vocab_size;
-    trace.excluded_id = config.eos_token_id;
-    plan.trace = generate_trace(trace);
-    validate_trace(plan.trace, limits);
-    char description[160];
-    char arrivals[64] = "all at time 0";
-    if (trace.arrivals_per_second > 0)
-      std::snprintf(arrivals, sizeof(arrivals), "Poisson arrivals (%g/s)",
-                    trace.arrivals_per_second);
-    std::snprintf(description, sizeof(description),
-                  "%d requests (seed %llu), prompts %d-%d tokens, limits %d-%d, %s", trace.requests,
-                  static_cast<unsigned long long>(trace.seed), trace.min_prompt_length,
-                  trace.max_prompt_length, trace.min_new_tokens, trace.max_new_tokens, arrivals);
-    plan.trace_description = description;
-  }
-  for (const Request& request : plan.trace)
-    plan.capacity = std::max(plan.capacity,
-                             static_cast<int>(request.prompt.size()) + request.max_new_tokens - 1);
-  if (options.kv_cache_budget_gib)
-    require_slots_fit(config, options.slots, plan.capacity, sizeof(float),
-                      *options.kv_cache_budget_gib * (1 << 30));
-  return plan;
-}
-
-// ---------------------------------------------------------------- the GPU back-end
 
 // NEW in chapter 12: a static KV cache of S slots: every layer's keys (and values) for
 // every slot, [n_layer, S, H, capacity, D]; slot s of layer l is one [H, capacity, D] block.
@@ -302,28 +109,18 @@ struct StagingLayout {
   }
 };
 
-/// GPU time of the steps, from events recorded around each one on the stream.
-struct GpuTimeline {
-  int steps = 0;
-  double busy_ms = 0;         ///< sum over steps of (end - start)
-  double idle_ms = 0;         ///< sum of the gaps between a step's end and the next one's start
-  double span_ms = 0;         ///< first step's start to last step's end
-  double host_launch_ms = 0;  ///< host time inside launch_step (planning is the scheduler's)
-  double host_wait_ms = 0;    ///< host time waiting in finish_step for a step's tokens
-};
-
-class SlotDecoder final : public ServingBackend {
+class SlotDecoder final : public TimedServingBackend {
  public:
-  SlotDecoder(const DeviceModel& model, int slots, int capacity, bool allow_tf32)
-      : model_(model),
-        config_(model.config()),
+  SlotDecoder(const Gpt2Weights& weights, int slots, int capacity, bool allow_tf32)
+      : model_(weights),
+        config_(model_.config()),
         slots_(slots),
         capacity_(capacity),
         prefill_rows_(std::max(capacity, 2048)),
         allocator_(make_device_allocator("caching")),
         // Chapter 09's products: programmatic dependent launches, in the prefill's plain
         // launches and in the decode step's graph alike.
-        step_(model, allow_tf32, DecodeLaunch::kProgrammatic),
+        step_(model_, allow_tf32, DecodeLaunch::kProgrammatic),
         layout_{slots} {
     const cudaStream_t stream = step_.stream();
     const int C = config_.n_embd;
@@ -373,8 +170,8 @@ class SlotDecoder final : public ServingBackend {
 
   int slot_count() const override { return slots_; }
   int slot_capacity() const override { return capacity_; }
-  const GpuTimeline& timeline() const { return timeline_; }
-  void reset_timeline() {
+  const GpuTimeline& timeline() const override { return timeline_; }
+  void reset_timeline() override {
     timeline_ = GpuTimeline{};
     have_previous_end_ = false;
   }
@@ -612,7 +409,7 @@ class SlotDecoder final : public ServingBackend {
     }
   }
 
-  const DeviceModel& model_;
+  const DeviceModel model_;
   const Gpt2Config config_;
   const int slots_;
   const int capacity_;
@@ -636,230 +433,13 @@ class SlotDecoder final : public ServingBackend {
   int previous_ring_ = 0;
 };
 
-// ---------------------------------------------------------------- serving and reporting
-
-/// What CUPTI saw in one more, untimed run of a configuration (--cupti).
-struct TracedServing {
-  double idle_fraction = 0;  ///< (span - union of GPU activity) / span
-  double kernels_per_step = 0;
-  double graph_launches_per_step = 0;
-  double host_api_ms_per_step = 0;  ///< host time inside CUDA calls that do not wait
-};
-
-struct ServedConfiguration {
-  std::string name;
-  SchedulerOptions scheduler;
-  ServingResult result;
-  ServingSummary summary;
-  GpuTimeline timeline;
-  std::optional<TracedServing> traced;
-};
-
-// NEW in chapter 12: the profiler's view of the same serving (its own run: CUPTI's
-// bookkeeping slows the host, so the timed run is the one without it). Empty when a
-// tool already holds CUPTI.
-std::optional<TracedServing> trace_serving(const ServingPlan& plan, SlotDecoder& decoder,
-                                           const SchedulerOptions& scheduler) {
-  std::optional<GpuActivityTrace> trace;
-  try {
-    trace.emplace();
-  } catch (const CudaError& error) {
-    std::fprintf(stderr, "note: no GPU activity trace (%s)\n", error.what());
-    return std::nullopt;
-  }
-  SteadyClock clock;
-  const ServingResult result = serve_requests(plan.trace, decoder, scheduler, clock);
-  const GpuActivitySummary activity = trace->collect();
-  const double steps = std::max<double>(1, static_cast<double>(result.steps.size()));
-  TracedServing traced;
-  const ActivityTimeline& timeline = activity.timeline;
-  traced.idle_fraction =
-      timeline.span_seconds > 0 ? timeline.idle_seconds() / timeline.span_seconds : 0;
-  traced.kernels_per_step = static_cast<double>(activity.kernels) / steps;
-  traced.graph_launches_per_step = static_cast<double>(activity.graph_launches) / steps;
-  traced.host_api_ms_per_step = activity.host_api_seconds * 1e3 / steps;
-  return traced;
-}
-
-ServedConfiguration serve(const std::string& name, const ServingPlan& plan, SlotDecoder& decoder,
-                          BatchingPolicy policy, int steps_in_flight) {
-  ServedConfiguration served;
-  served.name = name;
-  served.scheduler.policy = policy;
-  served.scheduler.eos_token_id = plan.eos_token_id;
-  served.scheduler.steps_in_flight = steps_in_flight;
-  // Warm-up, not timed: the slot count's first requests, two tokens each.
-  std::vector<Request> warmup(
-      plan.trace.begin(),
-      plan.trace.begin() + std::min<std::size_t>(plan.trace.size(), decoder.slot_count()));
-  for (Request& request : warmup) {
-    request.arrival_ms = 0;
-    request.max_new_tokens = std::min(request.max_new_tokens, 2);
-  }
-  SimulatedClock warmup_clock(1.0);
-  serve_requests(warmup, decoder, served.scheduler, warmup_clock);
-
-  NvtxRange range(name.c_str());
-  decoder.reset_timeline();
-  SteadyClock clock;
-  served.result = serve_requests(plan.trace, decoder, served.scheduler, clock);
-  served.summary = summarize_serving(served.result);
-  served.timeline = decoder.timeline();
-  if (plan.options.cupti) served.traced = trace_serving(plan, decoder, served.scheduler);
-  return served;
-}
-
-double idle_fraction(const GpuTimeline& timeline) {
-  return timeline.span_ms > 0 ? timeline.idle_ms / timeline.span_ms : 0;
-}
-
-void print_table(const std::vector<ServedConfiguration>& served) {
-  std::printf(
-      "\n| serving | output tokens/s | steps | GPU busy ms/step | GPU idle | host launch "
-      "ms/step | latency p50 ms | latency p99 ms | first token p99 ms | slot use |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const ServedConfiguration& s : served) {
-    const double steps = std::max(1, s.timeline.steps);
-    std::printf("| %s | %.0f | %d | %.3f | %.1f%% | %.3f | %.1f | %.1f | %.1f | %.1f%% |\n",
-                s.name.c_str(), s.summary.output_tokens_per_second, s.summary.steps,
-                s.timeline.busy_ms / steps, 100 * idle_fraction(s.timeline),
-                s.timeline.host_launch_ms / steps, s.summary.latency_p50_ms,
-                s.summary.latency_p99_ms, s.summary.first_token_p99_ms, 100 * s.summary.slot_use);
-  }
-  for (const ServedConfiguration& s : served) {
-    if (!s.traced) continue;
-    std::printf(
-        "CUPTI, %s: GPU idle %.2f%%, %.1f kernels and %.2f graph launches per step, host "
-        "inside CUDA calls %.3f ms per step\n",
-        s.name.c_str(), 100 * s.traced->idle_fraction, s.traced->kernels_per_step,
-        s.traced->graph_launches_per_step, s.traced->host_api_ms_per_step);
-  }
-  const ServedConfiguration& baseline = served.front();
-  for (std::size_t i = 1; i < served.size(); ++i)
-    std::printf(
-        "%s / %s: %.2fx the output tokens/s\n", served[i].name.c_str(), baseline.name.c_str(),
-        served[i].summary.output_tokens_per_second / baseline.summary.output_tokens_per_second);
-}
-
-void write_json(const std::string& path, const ServingPlan& plan, const std::string& device,
-                const std::vector<ServedConfiguration>& served) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error(path + ": cannot be written; check the folder exists");
-  char buffer[512];
-  out << "{\n  \"chapter\": \"12_continuous_batching\",\n  \"device\": \"" << device
-      << "\",\n  \"trace\": \"" << plan.trace_description
-      << "\",\n  \"requests\": " << plan.trace.size() << ",\n  \"slots\": " << plan.options.slots
-      << ",\n  \"capacity\": " << plan.capacity << ",\n  \"configurations\": [\n";
-  for (std::size_t i = 0; i < served.size(); ++i) {
-    const ServedConfiguration& s = served[i];
-    const ServingSummary& m = s.summary;
-    const double window_ms = std::max(m.elapsed_ms / 200.0, 1e-3);
-    std::snprintf(
-        buffer, sizeof(buffer),
-        "    {\"name\": \"%s\", \"policy\": \"%s\", \"steps_in_flight\": %d,\n"
-        "     \"output_tokens\": %lld, \"elapsed_ms\": %.3f, \"output_tokens_per_second\": "
-        "%.1f, \"steps\": %d,\n",
-        s.name.c_str(), s.scheduler.policy == BatchingPolicy::continuous ? "continuous" : "static",
-        s.scheduler.steps_in_flight, m.output_tokens, m.elapsed_ms, m.output_tokens_per_second,
-        m.steps);
-    out << buffer;
-    std::snprintf(buffer, sizeof(buffer),
-                  "     \"gpu_busy_ms\": %.3f, \"gpu_idle_ms\": %.3f, \"gpu_span_ms\": %.3f, "
-                  "\"gpu_idle_fraction\": %.5f, \"host_launch_ms\": %.3f, \"host_wait_ms\": "
-                  "%.3f, \"waiting_for_arrivals_ms\": %.3f,\n",
-                  s.timeline.busy_ms, s.timeline.idle_ms, s.timeline.span_ms,
-                  idle_fraction(s.timeline), s.timeline.host_launch_ms, s.timeline.host_wait_ms,
-                  m.waiting_ms);
-    out << buffer;
-    std::snprintf(buffer, sizeof(buffer),
-                  "     \"latency_p50_ms\": %.3f, \"latency_p99_ms\": %.3f, "
-                  "\"first_token_p50_ms\": %.3f, \"first_token_p99_ms\": %.3f, \"slot_use\": "
-                  "%.5f, \"mean_busy_slots\": %.3f, \"padding_rows\": %lld, "
-                  "\"speculative_rows\": %lld,\n",
-                  m.latency_p50_ms, m.latency_p99_ms, m.first_token_p50_ms, m.first_token_p99_ms,
-                  m.slot_use, m.mean_busy_slots, m.padding_rows, m.speculative_rows);
-    out << buffer;
-    if (s.traced) {
-      std::snprintf(buffer, sizeof(buffer),
-                    "     \"cupti_gpu_idle_fraction\": %.5f, \"cupti_kernels_per_step\": %.2f, "
-                    "\"cupti_graph_launches_per_step\": %.3f, \"cupti_host_api_ms_per_step\": "
-                    "%.4f,\n",
-                    s.traced->idle_fraction, s.traced->kernels_per_step,
-                    s.traced->graph_launches_per_step, s.traced->host_api_ms_per_step);
-      out << buffer;
-    }
-    out << "     \"busy_slots_window_ms\": " << window_ms << ", \"busy_slots\": [";
-    const std::vector<double> busy = busy_slots_over_time(s.result, window_ms);
-    for (std::size_t w = 0; w < busy.size(); ++w) {
-      std::snprintf(buffer, sizeof(buffer), "%s%.2f", w == 0 ? "" : ", ", busy[w]);
-      out << buffer;
-    }
-    out << "]}" << (i + 1 < served.size() ? "," : "") << "\n";
-  }
-  out << "  ]\n}\n";
-}
-
-/// One line per request of every configuration, in trace order, for the tests:
-/// "configuration request slot token ...", the configuration counted from 0 in the
-/// table's order.
-void dump_requests(const std::string& path, const std::vector<ServedConfiguration>& served) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error(path + ": cannot be written; check the folder exists");
-  for (std::size_t c = 0; c < served.size(); ++c) {
-    const std::vector<RequestRecord>& requests = served[c].result.requests;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      out << c << ' ' << i << ' ' << requests[i].slot;
-      for (std::int32_t token : requests[i].tokens) out << ' ' << token;
-      out << '\n';
-    }
-  }
-}
-
-int serve_trace(const ServingPlan& plan) {
-  require_cuda_device();
-  cudaDeviceProp properties{};
-  CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  const Gpt2Weights random_weights =
-      plan.checkpoint ? Gpt2Weights{} : random_gpt2_weights(plan.config, plan.options.seed);
-  const DeviceModel model(plan.checkpoint ? *plan.checkpoint : random_weights);
-  if (!plan.options.kv_cache_budget_gib) {
-    // The cache must fit beside the packed weights and the activations: half of what is
-    // free now is its budget.
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    require_slots_fit(plan.config, plan.options.slots, plan.capacity, sizeof(float),
-                      0.5 * static_cast<double>(free_bytes));
-  }
-  std::printf("12_continuous_batching: continuous batching on %s\n", properties.name);
-  std::printf("trace: %s; %d slots of %d positions; EOS %d\n", plan.trace_description.c_str(),
-              plan.options.slots, plan.capacity, plan.eos_token_id);
-  SlotDecoder decoder(model, plan.options.slots, plan.capacity, plan.options.allow_tf32);
-
-  std::vector<ServedConfiguration> served;
-  // The baseline first: static batches of S in arrival order, each waiting for its
-  // longest request, with the host one step ahead as in chapters 06-10.
-  served.push_back(serve("static batches", plan, decoder, BatchingPolicy::static_batches, 2));
-  // NEW in chapter 12: continuous batching, without and with the host one step ahead.
-  served.push_back(serve("continuous, host waits", plan, decoder, BatchingPolicy::continuous, 1));
-  served.push_back(serve("continuous", plan, decoder, BatchingPolicy::continuous, 2));
-  print_table(served);
-  if (!plan.options.json_file.empty())
-    write_json(plan.options.json_file, plan, properties.name, served);
-  if (!plan.options.dump_requests_file.empty())
-    dump_requests(plan.options.dump_requests_file, served);
-  return kExitSuccess;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  return exit_code_reporting_errors("12_continuous_batching", [&] {
-    const ServingOptions options = parse_serving_options(argc, argv);
-    if (options.help) {
-      std::fputs(kUsage, stdout);
-      return static_cast<int>(kExitSuccess);
-    }
-    return serve_trace(make_serving_plan(options));
-  });
+  return run_serving_chapter(
+      argc, argv, {"12_continuous_batching", "continuous batching"},
+      [](const Gpt2Weights& weights, const ServingPlan& plan) -> std::unique_ptr<TimedServingBackend> {
+        return std::make_unique<SlotDecoder>(weights, plan.options.slots, plan.capacity,
+                                             plan.options.allow_tf32);
+      });
 }

@@ -90,3 +90,62 @@ TEST_CASE("chapter 12 refuses the batch flags of the other chapters", "[cli][bat
 TEST_CASE("chapter 12 without a visible CUDA device says so in one line", "[cli][batching]") {
   expect_refusal({"--requests", "4"}, 3, "no CUDA device");
 }
+
+TEST_CASE("chapter 12 prints its usage for -h and --help, whatever else is on the line",
+          "[cli][batching]") {
+  for (const std::vector<std::string>& arguments :
+       std::vector<std::vector<std::string>>{{"-h"},
+                                             {"--slots", "0", "--help"},
+                                             {"--no-such-flag", "-h"},
+                                             {"--help", "--requests", "zero"}}) {
+    const auto result = run_chapter_process(kChapter, arguments, kNoGpu);
+    INFO("printed: " << result.output);
+    CHECK(result.exit_code == 0);
+    CHECK(result.output.find("usage: 12_continuous_batching") != std::string::npos);
+    CHECK(result.output.find("error: ") == std::string::npos);
+  }
+}
+
+TEST_CASE("chapter 12's usage states the context rule of chapters 00-10 and the exit codes it "
+          "returns",
+          "[cli][batching]") {
+  const auto usage = run_chapter_process(kChapter, {"--help"});
+  CHECK(usage.output.find("P + N <= n_positions") != std::string::npos);
+  // A trace file that breaks the limits is a bad file (1), a generated one a bad command
+  // line (2): the usage says which, and the code does it.
+  CHECK(usage.output.find("  1  a bad file (a trace file, also one that breaks the limits") !=
+        std::string::npos);
+  CHECK(usage.output.find("  2  a bad command line: a flag or value, a generated trace that "
+                          "breaks the limits") != std::string::npos);
+  const std::string directory = make_temporary_directory("ladder-cli-trace");
+  // The golden model's 128 positions: 10 prompt + 119 new = 129 > 128 is refused,
+  // 10 + 118 = 128 is not (it reaches the GPU check).
+  write_file(directory + "/over.txt", "decode-ladder trace 1\n0 119 1 2 3 4 5 6 7 8 9 10\n");
+  expect_refusal({"--weights", test_data_path("golden_model"), "--trace", directory + "/over.txt"},
+                 1, "10 + max_new_tokens 119 = 129 positions exceed the context of 128");
+  write_file(directory + "/fits.txt", "decode-ladder trace 1\n0 118 1 2 3 4 5 6 7 8 9 10\n");
+  expect_refusal({"--weights", test_data_path("golden_model"), "--trace", directory + "/fits.txt"},
+                 3, "no CUDA device");
+  expect_refusal({"--weights", test_data_path("golden_model"), "--prompt-lengths", "10-10",
+                  "--output-limits", "16-119"},
+                 2, "10 prompt + 119 new tokens = 129, exceeds the model's context of 128");
+}
+
+TEST_CASE("chapter 12 checks a generated trace's size before generating it", "[cli][batching]") {
+  // 10^7 prompts of 10^6 tokens would be 40 TB: the context refuses it at once.
+  expect_refusal({"--requests", "10000000", "--prompt-lengths", "1000000-1000000"}, 2,
+                 "exceeds the model's context of 1024");
+  // Within the context but 6.4e8 prompt tokens: the size bound refuses it, before drawing.
+  expect_refusal({"--requests", "10000000"}, 2,
+                 "--requests, --prompt-lengths: up to 640000000 prompt tokens");
+}
+
+TEST_CASE("chapter 12 refuses arrivals a replay would wait years for", "[cli][batching]") {
+  expect_refusal({"--rate", "1e-6"}, 2, "--rate: 512 requests at 1e-06/s");
+  expect_refusal({"--requests", "100000", "--rate", "10"}, 2, "longer than the replay bound");
+  const std::string directory = make_temporary_directory("ladder-cli-trace");
+  write_file(directory + "/late.txt", "decode-ladder trace 1\n0 5 1 2\n1e300 5 1 2\n");
+  expect_refusal({"--trace", directory + "/late.txt"}, 1, "late.txt:3: arrival 1e+300 ms is later");
+  write_file(directory + "/hour.txt", "decode-ladder trace 1\n3600001 5 1 2\n");
+  expect_refusal({"--trace", directory + "/hour.txt"}, 1, "hour.txt:2");
+}

@@ -11,6 +11,8 @@
 // Run: cpu_tests "[batching]"
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -22,6 +24,8 @@
 #include "common/reference.hpp"
 #include "common/reference_backend.hpp"
 #include "common/request_trace.hpp"
+#include "common/serving_options.hpp"
+#include "common/serving_report.hpp"
 #include "common/serving_statistics.hpp"
 #include "common/splitmix64.hpp"
 #include "tests/support/golden_data.hpp"
@@ -414,7 +418,7 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
 
   const std::vector<Request> too_long = {{0, 4, {1, 2}}, {0, 100, Tokens(30, 5)}};
   CHECK_THROWS_WITH(ladder::serve_requests(too_long, backend, options, clock),
-                    Contains("trace: request 1: prompt length 30 + max_new_tokens 100 - 1 = 129 "
+                    Contains("trace: request 1: prompt length 30 + max_new_tokens 100 = 130 "
                              "positions exceed the context of 128"));
   CHECK_THROWS_WITH(ladder::serve_requests({}, backend, options, clock),
                     Contains("trace: no requests"));
@@ -467,4 +471,95 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
   CHECK_THROWS_WITH(scheduler.plan_step(0), Contains("1 steps are in flight; finish one first"));
   CHECK_THROWS_WITH(scheduler.finish_step({1, 2}, 1),
                     Contains("the back-end returned 2 tokens for step 0 of 1 rows"));
+}
+
+// ---------------------------------------------------------------- the serving command line
+
+namespace {
+
+ladder::ServingOptions parse_serving(std::vector<std::string> words) {
+  words.insert(words.begin(), "12_continuous_batching");
+  std::vector<const char*> argv;
+  for (const std::string& word : words) argv.push_back(word.c_str());
+  return ladder::parse_serving_options(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST_CASE("the serving command line: help wins, and a generated trace is checked before it is "
+          "drawn",
+          "[batching]") {
+  using Catch::Matchers::Contains;
+  CHECK(parse_serving({"-h"}).help);
+  CHECK(parse_serving({"--slots", "0", "--help"}).help);
+  CHECK(parse_serving({"--bogus", "-h"}).help);
+  CHECK_THROWS_WITH(parse_serving({"--slots", "0"}), Contains("--slots"));
+
+  // 10^7 prompts of 10^6 tokens (40 TB): refused by the context, at once.
+  CHECK_THROWS_WITH(
+      ladder::make_serving_plan(
+          parse_serving({"--requests", "10000000", "--prompt-lengths", "1000000-1000000"}), 4),
+      Contains("exceeds the model's context of 1024"));
+  // Within the context, 6.4e8 prompt tokens: refused by the size bound before drawing.
+  CHECK_THROWS_WITH(ladder::make_serving_plan(parse_serving({"--requests", "10000000"}), 4),
+                    Contains("--requests, --prompt-lengths: up to 640000000 prompt tokens"));
+  ladder::TraceOptions huge;
+  huge.requests = 10000000;
+  CHECK_THROWS_WITH(ladder::generate_trace(huge), Contains("exceed the 67108864"));
+  // A rate that would replay for years.
+  CHECK_THROWS_WITH(ladder::make_serving_plan(parse_serving({"--rate", "1e-6"}), 4),
+                    Contains("--rate: 512 requests at 1e-06/s"));
+  // One rule for the context with chapters 00-10: P + N <= n_positions.
+  const ladder::ServingPlan plan = ladder::make_serving_plan(
+      parse_serving({"--requests", "8", "--prompt-lengths", "4-4", "--output-limits", "16-16"}), 2);
+  CHECK(plan.capacity == 20);
+  CHECK(plan.trace.size() == 8);
+}
+
+TEST_CASE("a replay never sleeps past the bound, nor for a wait that would overflow",
+          "[batching]") {
+  using Catch::Matchers::Contains;
+  ladder::SteadyClock clock;
+  CHECK_THROWS_WITH(clock.wait_until_ms(1e300), Contains("longer than the replay bound"));
+  CHECK_THROWS_WITH(clock.wait_until_ms(std::numeric_limits<double>::quiet_NaN()),
+                    Contains("replay bound"));
+  CHECK_THROWS_WITH(
+      ladder::validate_trace({{0, 4, {1}}, {4e6, 4, {1}}}, {0, 0, ladder::kMaxArrivalMs}),
+      Contains("trace: request 1: arrival 4e+06 ms is later than the 3600000 ms a replay waits"));
+}
+
+TEST_CASE("the serving report's JSON comes from the common writer, strings escaped",
+          "[batching]") {
+  const std::vector<Request> trace = small_trace(6, 3);
+  ladder::ServingPlan plan;
+  plan.trace = trace;
+  plan.capacity = golden_weights().config.n_positions;
+  plan.trace_description = "my \"trace\"\\file\n.txt";
+  ladder::ServedConfiguration served;
+  served.name = "continuous \"x\"";
+  served.scheduler = {BatchingPolicy::continuous, emitted_eos, 2};
+  served.result = serve_on_reference(trace, 2, served.scheduler);
+  served.summary = ladder::summarize_serving(served.result);
+  served.timeline.steps = 10;
+  served.timeline.busy_ms = 9;
+  served.timeline.idle_ms = 1;
+  served.timeline.span_ms = 10;
+
+  const nlohmann::json json = nlohmann::json::parse(
+      ladder::format_serving_json("12_continuous_batching", "bf16", "GPU \"0\"", plan, {served}));
+  CHECK(json.at("trace") == plan.trace_description);
+  CHECK(json.at("device") == "GPU \"0\"");
+  CHECK(json.at("precision") == "bf16");
+  CHECK(json.at("requests") == trace.size());
+  const nlohmann::json& row = json.at("configurations").at(0);
+  CHECK(row.at("name") == served.name);
+  CHECK(row.at("policy") == "continuous");
+  CHECK(row.at("gpu_idle_fraction").get<double>() == Approx(0.1));
+  CHECK(row.at("output_tokens") == served.summary.output_tokens);
+  CHECK(row.at("busy_slots").size() >= 200);
+  CHECK_FALSE(row.contains("cupti_kernels_per_step"));
+  const std::string table = ladder::format_serving_table({served});
+  CHECK(table.find("| continuous \"x\" |") != std::string::npos);
+  const std::string dump = ladder::format_request_dump({served});
+  CHECK(std::count(dump.begin(), dump.end(), '\n') == static_cast<long>(trace.size()));
 }

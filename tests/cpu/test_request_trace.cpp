@@ -156,9 +156,9 @@ TEST_CASE("a malformed trace is refused with one line naming the line", "[batchi
       {header + "0 5 1 x2\n", "trace.txt:2: 'x2' is not a token id"},
       {header + "0 5 1 -3\n", "trace.txt:2: token id -3 is outside the vocabulary"},
       {header + "0 5 1 100\n", "trace.txt:2: token id 100 is outside the vocabulary [0, 100)"},
-      {header + "0 5 1\n0 60 1 2 3 4 5\n",
-       "trace.txt:3: prompt length 5 + max_new_tokens 60 - 1 = 64 positions exceed the context "
-       "of 63"},
+      {header + "0 5 1\n0 59 1 2 3 4 5\n",
+       "trace.txt:3: prompt length 5 + max_new_tokens 59 = 64 positions exceed the context of "
+       "63"},
       {header + "0 5 99999999999 1\n", "trace.txt:2: '99999999999' is not a token id"},
   };
   for (const Case& bad : cases) {
