@@ -3,10 +3,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/bfloat16.hpp"
 #include "common/cuda_check.hpp"
+#include "kernels/kernel_limits.hpp"
 
 namespace ladder {
 
@@ -40,8 +43,18 @@ class BfloatImage {
 
 }  // namespace
 
+std::string bfloat16_model_problem(const Gpt2Config& config) {
+  const int head_size = config.head_dim();
+  if (head_size % kBfloatHeadDimMultiple == 0) return "";
+  return "head size n_embd / n_head = " + std::to_string(head_size) + " is not a multiple of " +
+         std::to_string(kBfloatHeadDimMultiple) +
+         ", which the bf16 attention kernel needs (it reads a head in 16-byte packs of 8 values)";
+}
+
 BfloatDeviceModel::BfloatDeviceModel(const Gpt2Weights& weights)
     : config_(weights.config), layout_(weights.layout) {
+  const std::string problem = bfloat16_model_problem(config_);
+  if (!problem.empty()) throw std::invalid_argument("BfloatDeviceModel: " + problem);
   const int C = config_.n_embd;
   const int V = config_.vocab_size;
   const std::size_t c = static_cast<std::size_t>(C);

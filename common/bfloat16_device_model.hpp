@@ -15,7 +15,9 @@
 #include <cuda_bf16.h>
 
 #include <cstddef>
+#include <string>
 
+#include "common/config.hpp"
 #include "common/device_model.hpp"
 #include "common/weights.hpp"
 
@@ -23,9 +25,16 @@ namespace ladder {
 
 using BfloatDeviceLayer = DeviceLayerOf<__nv_bfloat16>;
 
+/// Why the bf16 kernels cannot run a model of `config` (valid by Gpt2Config::validate(),
+/// which every chapter asks), in one line, or empty when they can: the bf16 attention's
+/// head size must be a multiple of kBfloatHeadDimMultiple (kernels/kernel_limits.hpp). A
+/// bf16 chapter asks it before anything reaches the device.
+std::string bfloat16_model_problem(const Gpt2Config& config);
+
 class BfloatDeviceModel {
  public:
   /// Rounds and packs `weights` on the host and uploads them. Throws
+  /// std::invalid_argument before any upload when bfloat16_model_problem names one,
   /// ladder::DeviceOutOfMemory or ladder::CudaError when the upload fails.
   explicit BfloatDeviceModel(const Gpt2Weights& weights);
   ~BfloatDeviceModel();

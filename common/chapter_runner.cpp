@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/benchmark.hpp"
+#include "common/bfloat16_device_model.hpp"
 #include "common/cli.hpp"
 #include "common/config.hpp"
 #include "common/cuda_check.hpp"
@@ -19,6 +20,7 @@
 #include "common/nvtx.hpp"
 #include "common/tokenizer.hpp"
 #include "common/weights.hpp"
+#include "kernels/launch_checks.hpp"
 
 namespace ladder {
 
@@ -206,6 +208,13 @@ PromptBatch make_prompts(const Plan& plan, int batch) {
   return prompts;
 }
 
+/// Where the model's configuration came from, for an error about it.
+std::string model_source(const Plan& plan) {
+  if (!plan.options.weights_directory.empty()) return plan.options.weights_directory;
+  if (!plan.options.config_file.empty()) return plan.options.config_file;
+  return "GPT-2 small";
+}
+
 /// Prints the usage when argv asks for it (--help, -h); says whether it did.
 bool printed_usage(int argc, char** argv, const std::string& program) {
   for (int i = 1; i < argc; ++i)
@@ -387,6 +396,14 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   if (options.allow_tf32 && chapter.stored == StoredPrecision::bf16)
     throw std::invalid_argument(
         "--tf32: " + program + " multiplies bf16 values on the tensor cores; TF32 is an fp32 mode");
+  if (chapter.stored == StoredPrecision::bf16) {
+    // Refused before the device is touched, like Gpt2Config::validate()'s limits: a
+    // model the bf16 kernels cannot run is a bad file (exit 1), not a failure half-way.
+    const std::string problem = bfloat16_model_problem(plan.config);
+    if (!problem.empty())
+      throw std::runtime_error(model_source(plan) + ": not a model " + program +
+                               "'s bf16 kernels can run: " + problem);
+  }
 
   const DeviceInfo device = query_device_info();
   if (!options.quiet) std::cout << device_banner(device) << "\n";
@@ -527,10 +544,21 @@ int run_on_host(int argc, char** argv, const ChapterInfo& chapter,
 /// Turns every error of `run` into one line and its exit code.
 template <typename Run>
 int exit_code_of(const ChapterInfo& chapter, const Run& run) {
-  return exit_code_reporting_errors(chapter.folder.c_str(), run);
+  return exit_code_reporting_chapter_errors(chapter.folder.c_str(), run);
 }
 
 }  // namespace
+
+int exit_code_reporting_chapter_errors(const char* program, const std::function<int()>& run) {
+  return exit_code_reporting_errors(program, [&] {
+    try {
+      return run();
+    } catch (const launch_checks::LaunchCheckFailure& error) {
+      std::fprintf(stderr, "%s: error: internal: %s\n", program, error.what());
+      return static_cast<int>(kExitRuntimeError);
+    }
+  });
+}
 
 int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory) {
   return exit_code_of(chapter, [&] { return run(argc, argv, chapter, factory); });

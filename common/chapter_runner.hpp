@@ -136,6 +136,14 @@ std::unique_ptr<Decoder> make_decoder(const DeviceModel& model, const DecoderOpt
   return std::make_unique<ConcreteDecoder>(model, options);
 }
 
+/// exit_code_reporting_errors (common/cli.hpp) as every chapter uses it: each error
+/// becomes one line on stderr and its ExitCode, with one exception to the mapping: a
+/// launcher's refused check (launch_checks::LaunchCheckFailure, kernels/launch_checks.hpp)
+/// means the chapter's own code broke an invariant after the command line was accepted,
+/// so it exits with kExitRuntimeError (1), not the kExitUsageError (2) that its
+/// std::invalid_argument base would give.
+int exit_code_reporting_chapter_errors(const char* program, const std::function<int()>& run);
+
 /// Runs a chapter: parses argv, runs every configuration, prints the table.
 /// Returns an ExitCode; never throws.
 int run_chapter(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory& factory);

@@ -13,6 +13,10 @@ namespace ladder {
 /// of D values as D / 32 registers per lane).
 constexpr int kMaxHeadDim = 128;
 
+/// The bf16 attention reads rows of the head size D in 16-byte packs of 8 values, so it
+/// takes D = C / H only as a multiple of this (GPT-2's 64 is).
+constexpr int kBfloatHeadDimMultiple = 8;
+
 /// The longest row the LayerNorm launchers accept (every GPT-2 size; the largest,
 /// GPT-2 XL, has C = 1600).
 constexpr int kMaxLayernormC = 2048;

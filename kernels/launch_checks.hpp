@@ -1,8 +1,8 @@
 // kernels/launch_checks.hpp - argument checks and grid sizing shared by the launchers.
 //
 // Every launcher checks its arguments on the host before anything reaches the GPU
-// and throws std::invalid_argument with one line naming the launcher and the bad
-// argument: a wrong shape then fails at the call that caused it, not as a wrong
+// and throws std::invalid_argument (LaunchCheckFailure) with one line naming the launcher
+// and the bad argument: a wrong shape then fails at the call that caused it, not as a wrong
 // answer (or an illegal address) several kernels later.
 #pragma once
 
@@ -15,8 +15,17 @@
 
 namespace ladder::launch_checks {
 
+/// What a launcher's check throws. A std::invalid_argument (the launcher was called with
+/// a bad argument), but its own type: inside a chapter it means the chapter's code broke
+/// an invariant, not that the user typed a bad command line, and the chapter runner
+/// reports it with exit code 1 rather than 2 (common/chapter_runner.hpp).
+class LaunchCheckFailure : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 [[noreturn]] inline void fail(const char* launcher, const std::string& problem) {
-  throw std::invalid_argument(std::string(launcher) + ": " + problem);
+  throw LaunchCheckFailure(std::string(launcher) + ": " + problem);
 }
 
 /// Throws unless `condition` holds; `problem` says what was expected.
