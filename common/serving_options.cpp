@@ -86,7 +86,8 @@ ServingOptions parse_serving_options(int argc, const char* const* argv) {
     } else if (flag == "--requests") {
       options.trace.requests = static_cast<int>(number_after_flag(argc, argv, i, 1, 1e7, true));
     } else if (flag == "--trace-seed") {
-      options.trace.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
+      options.trace.seed =
+          static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
     } else if (flag == "--rate") {
       options.trace.arrivals_per_second = number_after_flag(argc, argv, i, 0, 1e9, false);
     } else if (flag == "--prompt-lengths") {
@@ -215,8 +216,8 @@ ServingPlan make_serving_plan(const ServingOptions& options, int value_bytes) {
     plan.trace_description = description;
   }
   for (const Request& request : plan.trace)
-    plan.capacity = std::max(plan.capacity,
-                             static_cast<int>(request.prompt.size()) + request.max_new_tokens);
+    plan.capacity =
+        std::max(plan.capacity, static_cast<int>(request.prompt.size()) + request.max_new_tokens);
   if (options.kv_cache_budget_gib)
     require_slots_fit(config, options.slots, plan.capacity, value_bytes,
                       *options.kv_cache_budget_gib * (1 << 30));

@@ -99,8 +99,7 @@ std::string format_serving_table(const std::vector<ServedConfiguration>& served)
                   s.name.c_str(), s.summary.output_tokens_per_second, s.summary.steps,
                   s.timeline.busy_ms / steps, 100 * s.timeline.idle_fraction(),
                   s.timeline.host_launch_ms / steps, s.summary.latency_p50_ms,
-                  s.summary.latency_p99_ms, s.summary.first_token_p99_ms,
-                  100 * s.summary.slot_use);
+                  s.summary.latency_p99_ms, s.summary.first_token_p99_ms, 100 * s.summary.slot_use);
     out << line;
   }
   for (const ServedConfiguration& s : served) {
@@ -114,8 +113,8 @@ std::string format_serving_table(const std::vector<ServedConfiguration>& served)
   }
   for (std::size_t i = 1; i < served.size(); ++i) {
     const double baseline = served.front().summary.output_tokens_per_second;
-    std::snprintf(line, sizeof line, "%s / %s: %.2fx the output tokens/s\n",
-                  served[i].name.c_str(), served.front().name.c_str(),
+    std::snprintf(line, sizeof line, "%s / %s: %.2fx the output tokens/s\n", served[i].name.c_str(),
+                  served.front().name.c_str(),
                   baseline > 0 ? served[i].summary.output_tokens_per_second / baseline : 0.0);
     out << line;
   }
@@ -123,8 +122,8 @@ std::string format_serving_table(const std::vector<ServedConfiguration>& served)
 }
 
 std::string format_serving_json(const std::string& chapter, const std::string& precision,
-                                 const std::string& device, const ServingPlan& plan,
-                                 const std::vector<ServedConfiguration>& served) {
+                                const std::string& device, const ServingPlan& plan,
+                                const std::vector<ServedConfiguration>& served) {
   nlohmann::json document = {
       {"chapter", chapter},
       {"precision", precision},
@@ -231,7 +230,8 @@ int run_serving_chapter(int argc, char** argv, const ChapterInfo& chapter,
     // longest request, with the host one step ahead as in chapters 06-10.
     served.push_back(serve("static batches", plan, *backend, BatchingPolicy::static_batches, 2));
     // Continuous batching, without and with the host one step ahead.
-    served.push_back(serve("continuous, host waits", plan, *backend, BatchingPolicy::continuous, 1));
+    served.push_back(
+        serve("continuous, host waits", plan, *backend, BatchingPolicy::continuous, 1));
     served.push_back(serve("continuous", plan, *backend, BatchingPolicy::continuous, 2));
     std::fputs(format_serving_table(served).c_str(), stdout);
     if (!plan.options.json_file.empty())

@@ -64,8 +64,8 @@ std::string format_serving_table(const std::vector<ServedConfiguration>& served)
 /// The same as JSON: the run's header and one object per configuration, with the slots
 /// busy over time in 200 windows (the plot's series).
 std::string format_serving_json(const std::string& chapter, const std::string& precision,
-                                 const std::string& device, const ServingPlan& plan,
-                                 const std::vector<ServedConfiguration>& served);
+                                const std::string& device, const ServingPlan& plan,
+                                const std::vector<ServedConfiguration>& served);
 
 /// One line per request of every configuration, in trace order, for the tests:
 /// "configuration request slot token ...", the configuration counted from 0 in the

@@ -433,13 +433,16 @@ class SlotDecoder final : public TimedServingBackend {
   int previous_ring_ = 0;
 };
 
+/// The scheduler's back-end for a plan: this file's SlotDecoder.
+std::unique_ptr<TimedServingBackend> make_slot_decoder(const Gpt2Weights& weights,
+                                                       const ServingPlan& plan) {
+  return std::make_unique<SlotDecoder>(weights, plan.options.slots, plan.capacity,
+                                       plan.options.allow_tf32);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_serving_chapter(
-      argc, argv, {"12_continuous_batching", "continuous batching"},
-      [](const Gpt2Weights& weights, const ServingPlan& plan) -> std::unique_ptr<TimedServingBackend> {
-        return std::make_unique<SlotDecoder>(weights, plan.options.slots, plan.capacity,
-                                             plan.options.allow_tf32);
-      });
+  return run_serving_chapter(argc, argv, {"12_continuous_batching", "continuous batching"},
+                             make_slot_decoder);
 }

@@ -106,9 +106,10 @@ TEST_CASE("chapter 12 prints its usage for -h and --help, whatever else is on th
   }
 }
 
-TEST_CASE("chapter 12's usage states the context rule of chapters 00-10 and the exit codes it "
-          "returns",
-          "[cli][batching]") {
+TEST_CASE(
+    "chapter 12's usage states the context rule of chapters 00-10 and the exit codes it "
+    "returns",
+    "[cli][batching]") {
   const auto usage = run_chapter_process(kChapter, {"--help"});
   CHECK(usage.output.find("P + N <= n_positions") != std::string::npos);
   // A trace file that breaks the limits is a bad file (1), a generated one a bad command

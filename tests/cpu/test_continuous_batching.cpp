@@ -486,9 +486,10 @@ ladder::ServingOptions parse_serving(std::vector<std::string> words) {
 
 }  // namespace
 
-TEST_CASE("the serving command line: help wins, and a generated trace is checked before it is "
-          "drawn",
-          "[batching]") {
+TEST_CASE(
+    "the serving command line: help wins, and a generated trace is checked before it is "
+    "drawn",
+    "[batching]") {
   using Catch::Matchers::Contains;
   CHECK(parse_serving({"-h"}).help);
   CHECK(parse_serving({"--slots", "0", "--help"}).help);
@@ -528,8 +529,7 @@ TEST_CASE("a replay never sleeps past the bound, nor for a wait that would overf
       Contains("trace: request 1: arrival 4e+06 ms is later than the 3600000 ms a replay waits"));
 }
 
-TEST_CASE("the serving report's JSON comes from the common writer, strings escaped",
-          "[batching]") {
+TEST_CASE("the serving report's JSON comes from the common writer, strings escaped", "[batching]") {
   const std::vector<Request> trace = small_trace(6, 3);
   ladder::ServingPlan plan;
   plan.trace = trace;
