@@ -425,6 +425,10 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
   std::vector<BenchmarkRow> rows;
   GenerationOutput last_output;
   LogitsRecorder no_logits;
+  // At least one untimed run per configuration, whatever --warmup says: a decoder's first
+  // run of a shape captures and instantiates its graphs, has cuBLASLt choose algorithms
+  // and fills the allocator's cache, none of which belongs in timed run 1.
+  const int warmup_runs = std::max(options.warmup_runs, 1);
   for (int batch : options.batch_sizes) {
     const PromptBatch prompts = make_prompts(plan, batch);
     for (int new_tokens : options.new_token_counts) {
@@ -433,7 +437,7 @@ int run(int argc, char** argv, const ChapterInfo& chapter, const DecoderFactory&
       row.new_tokens = new_tokens;
       row.prompt_length = prompts.length;
       start_from_empty_cache(decoder->allocator());
-      for (int run_index = 0; run_index < options.warmup_runs; ++run_index) {
+      for (int run_index = 0; run_index < warmup_runs; ++run_index) {
         NvtxRange range("warm-up run");
         decoder->generate(prompts, new_tokens, no_logits);
       }
