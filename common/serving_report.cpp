@@ -190,7 +190,7 @@ std::string format_request_dump(const std::vector<ServedConfiguration>& served) 
 
 int run_serving_chapter(int argc, char** argv, const ChapterInfo& chapter,
                         const MakeServingBackend& make_backend) {
-  return exit_code_reporting_errors(chapter.folder.c_str(), [&] {
+  return exit_code_reporting_chapter_errors(chapter.folder.c_str(), [&] {
     const ServingOptions options = parse_serving_options(argc, argv);
     if (options.help) {
       std::fputs(serving_usage(chapter.folder).c_str(), stdout);
