@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "common/config.hpp"
 #include "common/reference.hpp"
 #include "common/request_trace.hpp"
+#include "common/weights.hpp"
 #include "kernels/cache_attention.cuh"
 #include "kernels/sampling.cuh"
 #include "tests/gpu/attention_test_helpers.hpp"
@@ -273,19 +275,33 @@ ServedRequests read_dump(const std::string& path) {
   return served;
 }
 
-/// Serves `trace` with the chapter on the golden model and checks every request of every
+/// The model a serving test runs: its weights (for the reference), the chapter's flags
+/// that load the same, and the id that stops a request.
+struct ServedModel {
+  const Gpt2Weights& weights;
+  std::vector<std::string> flags;
+  int eos;
+};
+
+ServedModel golden_served_model() {
+  return {golden_weights(), {"--weights", testing::test_data_path("golden_model")}, kEmittedEos};
+}
+
+/// Serves `trace` with the chapter on `model` and checks every request of every
 /// configuration (static batches, continuous with one and two steps in flight) against
 /// reference::generate for that request alone.
-void check_chapter_serves(const std::vector<Request>& trace, int slots) {
+void check_chapter_serves(const std::vector<Request>& trace, int slots,
+                          const ServedModel& model = golden_served_model()) {
   const std::string folder = testing::make_temporary_directory("ladder_batching");
   const std::string trace_path = folder + "/trace.txt";
   const std::string dump_path = folder + "/requests.txt";
   const std::string json_path = folder + "/serving.json";
   write_trace(trace_path, trace);
-  const testing::ProcessResult run = testing::run_chapter_process(
-      kChapter, {"--weights", testing::test_data_path("golden_model"), "--trace", trace_path,
-                 "--slots", std::to_string(slots), "--eos", std::to_string(kEmittedEos),
-                 "--dump-requests", dump_path, "--json", json_path});
+  std::vector<std::string> arguments = model.flags;
+  arguments.insert(arguments.end(),
+                   {"--trace", trace_path, "--slots", std::to_string(slots), "--eos",
+                    std::to_string(model.eos), "--dump-requests", dump_path, "--json", json_path});
+  const testing::ProcessResult run = testing::run_chapter_process(kChapter, arguments);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   const ServedRequests served = read_dump(dump_path);
@@ -296,8 +312,8 @@ void check_chapter_serves(const std::vector<Request>& trace, int slots) {
     for (std::size_t i = 0; i < trace.size(); ++i) {
       CAPTURE(i);
       const std::vector<std::int32_t> expected =
-          reference::generate(golden_weights(), {trace[i].prompt}, trace[i].max_new_tokens,
-                              kEmittedEos, false)
+          reference::generate(model.weights, {trace[i].prompt}, trace[i].max_new_tokens,
+                              model.eos, false)
               .tokens;
       CHECK(tokens[i] == expected);
       const int slot = served.slots.at(configuration)[i];
@@ -338,6 +354,30 @@ TEST_CASE("chapter 12: every request's tokens equal the reference's for that req
   SECTION("Poisson arrivals, 5 slots") { check_chapter_serves(golden_trace(30, 2, 40, 2000), 5); }
   SECTION("one slot") { check_chapter_serves(golden_trace(6, 3, 20), 1); }
   SECTION("more slots than requests") { check_chapter_serves(golden_trace(5, 4, 30), 7); }
+  // More than 8 slots: the decode step's rows past one warp's worth of 8, and its
+  // products at B = 24 and 40 (row tiles of 32 and 64).
+  SECTION("all at time 0, 24 slots") { check_chapter_serves(golden_trace(60, 6, 40), 24); }
+  SECTION("all at time 0, 40 slots") { check_chapter_serves(golden_trace(50, 7, 30), 40); }
+}
+
+TEST_CASE("chapter 12 at GPT-2 small shapes with 12 slots: every request equals the reference's",
+          "[batching][chapters]") {
+  // GPT-2 small with the chapters' random weights (seed 0): the attention's 12 heads of 64,
+  // the products at C = 768 and V = 50257, on more slots than the golden tests' 8. Short
+  // prompts and limits keep the CPU reference's work to a few hundred token positions.
+  const Gpt2Config config;
+  static const Gpt2Weights weights = random_gpt2_weights(config, 0);
+  TraceOptions options;
+  options.requests = 20;
+  options.min_prompt_length = 1;
+  options.max_prompt_length = 8;
+  options.min_new_tokens = 1;
+  options.max_new_tokens = 6;
+  options.seed = 9;
+  options.vocab_size = config.vocab_size;
+  options.excluded_id = config.eos_token_id;
+  check_chapter_serves(generate_trace(options), 12,
+                       ServedModel{weights, {"--seed", "0"}, config.eos_token_id});
 }
 
 TEST_CASE("chapter 12: slots are reused by many short requests among long ones",

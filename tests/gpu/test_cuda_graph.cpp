@@ -2,8 +2,9 @@
 // a capture records and does not run, a replay repeats the recorded work; allocators
 // and cuBLASLt's heuristic refuse to run inside a capture, and a product planned before
 // it replays bit for bit; a WHILE node driven by the argmax step stops where the host
-// loop would; and the chapters' traced columns count one graph launch per step (07) and
-// per generation (08). Run: gpu_tests "[graphs]"
+// loop would; the chapters' traced columns count one graph launch per step (07) and
+// per generation (08); and a graph chapter's traced run, even after another
+// configuration's, holds no capture and a plain step's kernels. Run: gpu_tests "[graphs]"
 #include <catch2/catch.hpp>
 
 #include <algorithm>

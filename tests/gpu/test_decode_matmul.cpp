@@ -317,6 +317,71 @@ TEST_CASE("decode matmuls repeat bit for bit, split or not, on any stream",
   }
 }
 
+// GPT-2 small with the chapters' random weights (seed 0, full config), packed as the
+// chapters pack them: each layer product of layer 0 at B = 1 and 32, run 50 times in
+// thread-block clusters and 50 times through the workspace, gives one set of bits. (The
+// chapter-level 50-run tests at these shapes, gpu_tests "[chapters]", run the whole step,
+// attention splits included, but the plans decide there which sums run where.)
+TEST_CASE("GPT-2 small's layer products give the same bits on 50 runs, in clusters and not",
+          "[kernels][decode_matmul]") {
+  const Gpt2Config config;  // GPT-2 small
+  const Gpt2Weights weights = random_gpt2_weights(config, 0);
+  const DeviceModel model(weights);
+  const PackedDecodeModel packed(model);
+  const DeviceLayer layer = model.layer(0);
+  const PackedDecodeModel::Layer packed_layer = packed.layer(0);
+  const int C = config.n_embd;
+  struct Product {
+    const float* weight;
+    const float* bias;
+    int K;
+    int N;
+    DecodeEpilogue epilogue;
+  };
+  const Product products[] = {
+      {packed_layer.qkv_weight, layer.qkv_bias, C, 3 * C, DecodeEpilogue::kBias},
+      {packed_layer.attn_proj_weight, layer.attn_proj_bias, C, C, DecodeEpilogue::kBiasResidual},
+      {packed_layer.fc_weight, layer.fc_bias, C, 4 * C, DecodeEpilogue::kBiasGelu},
+      {packed_layer.mlp_proj_weight, layer.mlp_proj_bias, 4 * C, C, DecodeEpilogue::kBiasResidual}};
+  LADDER_SEEDED_RNG(rng);
+  test::SummingWays ways;
+  constexpr int kRepeats = 50;
+  for (const DecodePrecision precision : {DecodePrecision::kFp32, DecodePrecision::kTf32}) {
+    for (const Product& product : products) {
+      for (const int B : {1, 32}) {
+        CAPTURE(B, product.K, product.N, static_cast<int>(precision));
+        const DecodeMatmulPlan plan =
+            plan_decode_matmul(B, product.K, product.N, precision, ways.clustered.workspace);
+        CAPTURE(plan.splits);
+        ways.saw(plan.splits);
+        const test::DeviceArray<float> x(test::random_matrix(rng, B, product.K, -1.0f, 1.0f));
+        const std::vector<float> residual = test::random_matrix(rng, B, product.N, -1.0f, 1.0f);
+        const std::vector<float> first_bits =
+            run_product(ways.clustered, x.get(), product.weight, product.bias, residual, B,
+                        product.K, product.N, product.epilogue, precision);
+        int differing_runs = 0;
+        for (int repeat = 0; repeat < kRepeats; ++repeat) {
+          for (DecodeQueue* queue : {&ways.clustered, &ways.plain}) {
+            if (queue == &ways.clustered && repeat == 0) continue;  // first_bits
+            const std::vector<float> bits =
+                run_product(*queue, x.get(), product.weight, product.bias, residual, B, product.K,
+                            product.N, product.epilogue, precision);
+            differing_runs += std::memcmp(bits.data(), first_bits.data(),
+                                          bits.size() * sizeof(float)) != 0;
+          }
+        }
+        CHECK(differing_runs == 0);
+      }
+    }
+  }
+  // Both ways of summing ran: the workspace on `plain`, clusters on `clustered` where the
+  // device has them (compute capability 9.0 on, and a cluster fits).
+  CHECK(ways.split);
+  CHECK(ways.plain.workspace.cluster_launches() == 0);
+  if (ways.clustered.workspace.cluster_splits() > 0)
+    CHECK(ways.clustered.workspace.cluster_launches() > 0);
+}
+
 TEST_CASE("splits summed in a thread-block cluster give the workspace path's bits",
           "[kernels][decode_matmul][sweep]") {
   LADDER_SEEDED_RNG(rng);

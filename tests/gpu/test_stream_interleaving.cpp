@@ -13,7 +13,9 @@
 // under --tf32 alike. One process with --runs 50
 // generates 50 times: the chapter runner itself fails the process ("a race?") when any
 // run's tokens differ from the first run's, and the tokens it dumps must equal the CPU
-// reference's, stop step included. Run: gpu_tests "[chapters]"
+// reference's, stop step included. At GPT-2 small's shapes (attention split over long
+// prompts, products summed across splits) chapters 09 and 10 run 50 times too, and
+// their tokens must equal another process's. Run: gpu_tests "[chapters]"
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -35,8 +37,9 @@ constexpr const char* kRepeatedChapters[] = {"06_stream_interleaving", "07_cuda_
                                              "08_device_loop", "09_decode_matmuls"};
 constexpr int kRuns = 50;
 
-/// Runs `chapter` kRuns times in one process (no warm-up) with `arguments`, requires a
-/// clean exit, and checks the last run's tokens and stop step against `expected`.
+/// Runs `chapter` kRuns times in one process (after the runner's one warm-up run) with
+/// `arguments`, requires a clean exit, and checks the last run's tokens and stop step
+/// against `expected`.
 void check_repeated_runs_of(const char* chapter, const std::vector<std::string>& arguments,
                             const reference::Generation& expected, int vocab_size) {
   const std::vector<std::string> chapters = ladder::testing::chapter_names();
@@ -59,7 +62,7 @@ void check_repeated_runs_of(const char* chapter, const std::vector<std::string>&
   CHECK(tokens == expected.tokens);
 }
 
-/// Runs each of kRepeatedChapters kRuns times in one process (no warm-up) with
+/// Runs each of kRepeatedChapters kRuns times in one process (one warm-up run first) with
 /// `arguments`, requires a clean exit, and checks the last run's tokens and stop step
 /// against `expected`.
 void check_repeated_runs(const std::vector<std::string>& arguments,
@@ -123,16 +126,72 @@ TEST_CASE("chapters 06-09 stop early at the reference's step on every one of 50 
   }
 }
 
+namespace {
+
+/// The tokens of `chapter` run kRuns times in one process with `arguments` (the runner
+/// fails the process when one run's tokens differ from the first's), as dumped after the
+/// last run: [batch rows][steps].
+std::vector<std::vector<std::int32_t>> tokens_of_repeated_runs(
+    const char* chapter, const std::vector<std::string>& arguments, int vocab_size) {
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-same");
+  const std::string tokens_path = directory + "/tokens.txt";
+  std::vector<std::string> full = arguments;
+  full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
+                           "--dump-tokens", tokens_path});
+  const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(chapter, full);
+  INFO(chapter << " printed: " << result.output);
+  REQUIRE(result.exit_code == 0);
+  return ladder::read_token_rows(tokens_path, vocab_size);
+}
+
+/// Runs `chapter` kRuns times in one process, then once in another: the last run of the
+/// first must equal the single run of the second, token for token (a sum whose order
+/// depended on timing would drift between processes as well as between runs), with the
+/// batch and a stop step within the limit.
+void check_same_tokens_every_run(const char* chapter, const std::vector<std::string>& arguments,
+                                 int batch, int new_tokens, int vocab_size) {
+  INFO("chapter " << chapter);
+  const auto repeated = tokens_of_repeated_runs(chapter, arguments, vocab_size);
+  REQUIRE(static_cast<int>(repeated.size()) == batch);
+  REQUIRE_FALSE(repeated.front().empty());
+  CHECK(static_cast<int>(repeated.front().size()) <= new_tokens);
+  const ladder::testing::ChapterOutput single =
+      ladder::testing::generate_with_chapter(chapter, arguments, vocab_size, false);
+  std::vector<std::int32_t> flat;
+  for (const auto& row : repeated) flat.insert(flat.end(), row.begin(), row.end());
+  CHECK(single.tokens == flat);
+}
+
+}  // namespace
+
 // Under --tf32 the tokens need not equal the fp32 reference's, but 50 runs must still
-// equal each other (the runner fails the process when one differs), at B = 32 on GPT-2
-// small, where the products split their inner dimension.
+// equal each other (the runner fails the process when one differs) and another process's
+// run, at B = 32 on GPT-2 small, where the products split their inner dimension.
 TEST_CASE("chapter 09 with --tf32 gives the same tokens on every one of 50 runs", "[chapters]") {
-  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-tf32");
-  const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(
+  const ladder::Gpt2Config config;  // GPT-2 small
+  check_same_tokens_every_run(
       "09_decode_matmuls",
-      {"--tf32", "--batch", "32", "--new-tokens", "32", "--random-prompt-length", "4", "--runs",
-       std::to_string(kRuns), "--warmup", "0", "--quiet", "--dump-tokens",
-       directory + "/tokens.txt"});
-  INFO("09_decode_matmuls --tf32 printed: " << result.output);
-  CHECK(result.exit_code == 0);
+      {"--tf32", "--batch", "32", "--new-tokens", "32", "--random-prompt-length", "4"}, 32, 32,
+      config.vocab_size);
+}
+
+// The golden model above has 128 positions, so its attention never splits the valid
+// length (splits cover 128 positions or more), and its products are small. GPT-2 small
+// with random weights from the seed (the chapters' default), prompts of 200 tokens: the
+// decode attention splits every row's length across blocks and merges the splits in
+// order, and the products split K and sum the splits in thread-block clusters or through
+// the workspace (the plans choose per product, batch and device; gpu_tests
+// "[decode_matmul]" holds the two paths to the same bits). B = 1 and 32 plan differently.
+TEST_CASE("chapters 09 and 10 at GPT-2 small shapes give the same tokens on every one of 50 runs",
+          "[chapters]") {
+  const ladder::Gpt2Config config;  // GPT-2 small, random weights from seed 0
+  for (const char* chapter : {"09_decode_matmuls", "10_mixed_precision"}) {
+    for (const int batch : {1, 32}) {
+      INFO("batch " << batch);
+      check_same_tokens_every_run(chapter,
+                                  {"--batch", std::to_string(batch), "--new-tokens", "16",
+                                   "--random-prompt-length", "200", "--seed", "3"},
+                                  batch, 16, config.vocab_size);
+    }
+  }
 }
