@@ -89,7 +89,8 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
 // aligned); `wait_for_inputs()` is called once the block's first weight chunks are in
 // flight and before x, the residual stream or the workspace is touched (a kernel
 // boundary's wait, or the persistent kernel's wait on counters). Every thread calls it.
-template <int kRows, bool kXVector, typename Out, typename Wait>
+template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out,
+          typename Wait>
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
                                                   const Wait& wait_for_inputs) {
@@ -126,9 +127,9 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
   };
 
   float sums[kMTiles][2][4] = {};
-  uint4 ahead[kChunksAhead][2];
+  uint4 ahead[kChunksInFlight][2];
 #pragma unroll
-  for (int i = 0; i < kChunksAhead; ++i) load_weights(i, ahead[i]);
+  for (int i = 0; i < kChunksInFlight; ++i) load_weights(i, ahead[i]);
   // The weight loads above do not depend on the kernel before; x, the residual stream
   // and the workspace do (decode_matmul.cuh: programmatic launch). The wait sits in its
   // own branch: in one basic block with the loads, ptxas schedules it first (ACQBULK
@@ -136,9 +137,9 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
   // has finished; the kernel report checks the order (LDG.E.128<ACQBULK). Launched
   // without the attribute, a kernel has nothing to wait for.
   wait_for_inputs();
-  for (int chunk = 0; chunk < range.count; chunk += kChunksAhead) {
+  for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
 #pragma unroll
-    for (int i = 0; i < kChunksAhead; ++i) {
+    for (int i = 0; i < kChunksInFlight; ++i) {
       if (chunk + i >= range.count) break;  // the same for the whole block
       const int k = (range.first + chunk + i) * kChunkRows + 8 * lane_octet;
 #pragma unroll
@@ -158,7 +159,7 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
           }
         }
       }
-      load_weights(chunk + i + kChunksAhead, ahead[i]);
+      load_weights(chunk + i + kChunksInFlight, ahead[i]);
     }
   }
   // Unlike the fp32 kernels, the next kernel may launch only once every block has read

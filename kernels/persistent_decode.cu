@@ -3,8 +3,9 @@
 //
 // Notation: B rows, C = n_embd, H heads of D = C / H, V vocabulary, e the kernel's decode
 // step (0, 1, ...), s = first_step + e the generation's step, p = first_position + e its
-// cache position. Blocks of 256 threads, two a multiprocessor (the bf16 decode matmul's
-// register budget, which every instruction's body fits).
+// cache position. Blocks of 256 threads, one a multiprocessor: the interpreter, with every
+// op's body inlined, takes up to 254 registers a thread, and capped at 128 (two blocks a
+// multiprocessor) it spills.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
 // tile R = 64), the attention's merge state (4.2 KiB) and a few words, static.
@@ -36,20 +37,22 @@ using decode_common::kThreads;  // 256, every instruction's block
 using ProductArguments = decode_bf16::DecodeMatmulBf16Arguments<bf16>;
 using LmHeadArguments = decode_bf16::DecodeMatmulBf16Arguments<float>;
 
-constexpr int kBlocksPerMultiprocessor = 2;
+constexpr int kBlocksPerMultiprocessor = 1;
 constexpr int kWarps = kThreads / kWarpSize;
 static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of the kernel");
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
 
 constexpr int kLayerProducts = kPersistentProducts - 1;  // every product but the LM head
+constexpr int kMaxLayers = 48;  // GPT-2 XL
 
-/// The kernel's arguments: the launch's description, and the products' kernel arguments
-/// in device memory (launch.argument_tables), read in place by the instructions: every
-/// layer's four, [n_layer][4], then the LM head's, one per step when logits are kept.
+/// The kernel's arguments: the launch's description, and every product's kernel
+/// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
+/// kept (the tests) from device memory, one per step (launch.argument_tables).
 struct KernelArguments {
   PersistentDecodeLaunch launch;
-  const ProductArguments* layer_products;
-  const LmHeadArguments* lm_heads;
+  ProductArguments layer_products[kMaxLayers][kLayerProducts];
+  LmHeadArguments lm_head;           ///< without logits
+  const LmHeadArguments* lm_heads;  ///< with logits kept: one per step, in device memory
   int lm_head_candidates;  ///< the LM head's column tiles: candidates per row
 };
 
@@ -259,13 +262,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
           // The arguments chapter 10's launch would pass, read in place from the table.
           if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
             const LmHeadArguments& p =
-                arguments.lm_heads[a.logits_history != nullptr ? step : 0];
+                a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
             decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
                                                         instruction.unit % p.column_tiles,
                                                         product_shared, wait);
           } else {
-            const ProductArguments& p =
-                arguments.layer_products[instruction.layer * kLayerProducts + instruction.which];
+            const ProductArguments& p = arguments.layer_products[instruction.layer][instruction.which];
             decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
                                                         instruction.unit % p.column_tiles,
                                                         product_shared, wait);
@@ -356,11 +358,9 @@ decode_bf16::DecodeMatmulBf16Arguments<Out> product_template(const char* launche
 
 }  // namespace
 
-std::size_t persistent_decode_table_bytes(int n_layer, int max_steps, bool keep_logits) {
-  const std::size_t layer_bytes =
-      static_cast<std::size_t>(n_layer) * kLayerProducts * sizeof(ProductArguments);
+std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits) {
   const std::size_t lm_heads = keep_logits ? static_cast<std::size_t>(max_steps) : 1;
-  return (layer_bytes + 15) / 16 * 16 + lm_heads * sizeof(LmHeadArguments);
+  return lm_heads * sizeof(LmHeadArguments);
 }
 
 int persistent_decode_blocks_per_multiprocessor(int B) {
@@ -372,6 +372,9 @@ int persistent_decode_blocks_per_multiprocessor(int B) {
 void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t stream) {
   constexpr const char* kName = "launch_persistent_decode";
   const PersistentDecodeLaunch& a = launch;
+  launch_checks::require_at_most(kName, "n_layer", a.n_layer, kMaxLayers,
+                                 "the products' arguments are a kernel parameter of 48 layers "
+                                 "at most (GPT-2 XL)");
   launch_checks::require_positive(kName, {{"B", a.B}, {"C", a.C}, {"H", a.H}, {"V", a.V},
                                           {"n_layer", a.n_layer}, {"capacity", a.capacity},
                                           {"blocks", a.schedule.blocks}});
@@ -457,23 +460,25 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
     lm_heads[step].candidate_values = a.candidate_values;
     lm_heads[step].candidate_indices = a.candidate_indices;
   }
-  const std::size_t layer_bytes = layer_products.size() * sizeof(ProductArguments);
-  const std::size_t lm_offset = (layer_bytes + 15) / 16 * 16;
-  std::vector<unsigned char> tables(lm_offset + lm_heads.size() * sizeof(LmHeadArguments));
-  std::memcpy(tables.data(), layer_products.data(), layer_bytes);
-  std::memcpy(tables.data() + lm_offset, lm_heads.data(), lm_heads.size() * sizeof(LmHeadArguments));
-  launch_checks::require(tables.size() <= persistent_decode_table_bytes(
-                                              a.n_layer, a.state.max_steps, keep_logits),
+  // The table of the LM head's arguments per step (logits kept), in device memory. From
+  // pageable memory: the copy is staged before cudaMemcpyAsync returns.
+  const std::size_t lm_bytes = lm_heads.size() * sizeof(LmHeadArguments);
+  launch_checks::require(lm_bytes <= persistent_decode_table_bytes(a.state.max_steps, keep_logits),
                          kName, "argument_tables is too small");
-  // From pageable memory: the copy is staged before cudaMemcpyAsync returns.
-  CUDA_CHECK(cudaMemcpyAsync(a.argument_tables, tables.data(), tables.size(),
-                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(a.argument_tables, lm_heads.data(), lm_bytes, cudaMemcpyHostToDevice,
+                             stream));
 
+  // The arguments are a kernel parameter (constant memory, up to 32 KiB), as chapter 10's
+  // kernels take theirs: an instruction reads its product's fields from the constant
+  // bank, indexed by layer, instead of holding them in registers.
   KernelArguments arguments{};
   arguments.launch = a;
-  arguments.layer_products = static_cast<const ProductArguments*>(a.argument_tables);
-  arguments.lm_heads = reinterpret_cast<const LmHeadArguments*>(
-      static_cast<const unsigned char*>(a.argument_tables) + lm_offset);
+  for (int layer = 0; layer < a.n_layer; ++layer)
+    for (int product = 0; product < kLayerProducts; ++product)
+      arguments.layer_products[layer][product] =
+          layer_products[static_cast<std::size_t>(layer * kLayerProducts + product)];
+  arguments.lm_head = lm_heads.front();
+  arguments.lm_heads = static_cast<const LmHeadArguments*>(a.argument_tables);
   arguments.lm_head_candidates = plan(PersistentProduct::kLmHead).plan.column_tiles;
 
   int device = 0;

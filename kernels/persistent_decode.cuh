@@ -131,15 +131,14 @@ struct PersistentDecodeLaunch {
   // The watchdog.
   unsigned long long watchdog_ns = 0;
   PersistentFault* fault = nullptr;  ///< zeroed before the launch
-  /// persistent_decode_table_bytes(n_layer, state.max_steps) bytes of device memory for
-  /// the products' arguments, written by the launch (16-byte aligned).
+  /// persistent_decode_table_bytes(state.max_steps, logits_history != null) bytes of
+  /// device memory, written by the launch (16-byte aligned).
   void* argument_tables = nullptr;
 };
 
-/// Bytes of PersistentDecodeLaunch::argument_tables: every layer's four products' kernel
-/// arguments, and the LM head's, one per step when logits are kept (each step writes its
-/// own row of the history), else one.
-std::size_t persistent_decode_table_bytes(int n_layer, int max_steps, bool keep_logits);
+/// Bytes of PersistentDecodeLaunch::argument_tables: the LM head's kernel arguments, one
+/// per step when logits are kept (each step writes its own row of the history), else one.
+std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits);
 
 /// Resident blocks of the persistent kernel for a batch of B rows on one multiprocessor
 /// (cudaOccupancyMaxActiveBlocksPerMultiprocessor). Throws ladder::CudaError.
@@ -147,8 +146,8 @@ int persistent_decode_blocks_per_multiprocessor(int B);
 
 /// Launches the generation's decode steps on `stream` (cudaLaunchCooperativeKernel, grid
 /// launch.schedule.blocks). Throws std::invalid_argument on shapes the kernel does not
-/// run (B outside 1..64, C not a multiple of 64 or above 2048, head size not a multiple
-/// of 8 or above kMaxHeadDim, a plan whose row tile is not B's) and ladder::CudaError
+/// run (B outside 1..64, more than 48 layers, C not a multiple of 64 or above 2048, head
+/// size not a multiple of 8 or above kMaxHeadDim, a plan whose row tile is not B's) and ladder::CudaError
 /// when the launch fails (a grid that cannot be resident at once included).
 void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t stream);
 

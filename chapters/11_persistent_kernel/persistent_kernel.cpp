@@ -171,6 +171,8 @@ class Gpt2Decoder final : public Decoder {
     const PersistentWorkspaces workspaces = allocate_workspaces(B);
     const TypedBuffer<std::int32_t> decisions = allocate<std::int32_t>(max_new_tokens);
     const TypedBuffer<PersistentFault> fault = allocate<PersistentFault>(1);
+    const TypedBuffer<unsigned char> argument_tables = allocate<unsigned char>(
+        persistent_decode_table_bytes(max_new_tokens, logits.enabled()));
     CUDA_CHECK(cudaMemsetAsync(fault, 0, sizeof(PersistentFault), stream));
 
     GenerationOutput output;
@@ -225,6 +227,7 @@ class Gpt2Decoder final : public Decoder {
     launch.first_position = T;
     launch.watchdog_ns = watchdog_ns_;
     launch.fault = fault;
+    launch.argument_tables = argument_tables;
     schedule.reset_counters(stream);
     launch_persistent_decode(launch, stream);
 
