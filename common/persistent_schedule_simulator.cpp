@@ -30,8 +30,8 @@ struct Buffer {
   int first_region = 0;
   int regions = 0;
   int phases = 1;
-  int n_layer = 0;      // for phase names
-  int phase_kind = 0;   // how to name a phase: see phase_name()
+  int n_layer = 0;     // for phase names
+  int phase_kind = 0;  // how to name a phase: see phase_name()
 };
 
 enum PhaseKind { kByStep = 0, kByLayer = 1, kResidual = 2, kNormed = 3 };
@@ -168,7 +168,7 @@ class DataModel {
         const ProductTiling& lm_head =
             shape_.products[static_cast<int>(PersistentProduct::kLmHead)];
         for (int t = 0; t < lm_head.column_tiles; ++t)
-          read(candidates_, t, 0);  // row b of every tile
+          read(candidates_, t, 0);    // row b of every tile
         read(finished_, b, 0, true);  // a finished row stays finished
         write(next_tokens_, b, 0);
         write(output_, b, 0);
@@ -187,7 +187,9 @@ class DataModel {
     const int B = shape_.batch;
     const int L = shape_.n_layer;
     const bool in_layer = instruction.layer >= 0 && instruction.layer < L;
-    const auto unit_below = [&](int count) { return instruction.unit >= 0 && instruction.unit < count; };
+    const auto unit_below = [&](int count) {
+      return instruction.unit >= 0 && instruction.unit < count;
+    };
     switch (static_cast<PersistentOp>(instruction.op)) {
       case PersistentOp::kEmbedding:
       case PersistentOp::kArgmax:
@@ -206,7 +208,7 @@ class DataModel {
         if (instruction.which != static_cast<int>(PersistentProduct::kLmHead) && !in_layer)
           return "a layer outside the model";
         return unit_below(shape_.products[instruction.which].units()) ? ""
-                                                                     : "a unit outside the tiling";
+                                                                      : "a unit outside the tiling";
       }
       case PersistentOp::kStop:
         return instruction.unit == 0 ? "" : "a stop unit other than 0";
@@ -262,9 +264,15 @@ class DataModel {
     }
     // The epilogue writes the tile's 64 columns of every row.
     switch (product) {
-      case PersistentProduct::kQkv: write(qkv_, tile, l); break;
-      case PersistentProduct::kMlpExpand: write(expanded_, tile, l); break;
-      case PersistentProduct::kLmHead: write(candidates_, tile, 0); break;
+      case PersistentProduct::kQkv:
+        write(qkv_, tile, l);
+        break;
+      case PersistentProduct::kMlpExpand:
+        write(expanded_, tile, l);
+        break;
+      case PersistentProduct::kLmHead:
+        write(candidates_, tile, 0);
+        break;
       case PersistentProduct::kAttentionProjection:  // hidden += the projection
       case PersistentProduct::kMlpProjection: {
         const int before = product == PersistentProduct::kAttentionProjection ? 2 * l : 2 * l + 1;
@@ -306,7 +314,8 @@ class DataModel {
     const int L = buffer.n_layer;
     const auto layer = [](int l) { return "layer " + std::to_string(l); };
     switch (buffer.phase_kind) {
-      case kByLayer: return layer(phase);
+      case kByLayer:
+        return layer(phase);
       case kResidual:
         if (phase == 0) return "the embedding";
         return layer((phase - 1) / 2) +
@@ -314,7 +323,8 @@ class DataModel {
       case kNormed:
         if (phase == 2 * L) return "ln_f";
         return layer(phase / 2) + (phase % 2 == 0 ? ", ln_1" : ", ln_2");
-      default: return "";
+      default:
+        return "";
     }
   }
 
@@ -322,8 +332,8 @@ class DataModel {
   std::vector<Buffer> buffers_;
   std::vector<int> region_phases_;
   int region_count_ = 0;
-  Buffer hidden_, normed_, qkv_, attended_, expanded_, cache_, candidates_, next_tokens_,
-      finished_, output_, decision_;
+  Buffer hidden_, normed_, qkv_, attended_, expanded_, cache_, candidates_, next_tokens_, finished_,
+      output_, decision_;
   Buffer workspace_[kPersistentProducts];
 };
 
@@ -346,7 +356,8 @@ std::string check_structure(const PersistentSchedule& schedule, const DataModel&
         instruction.first_wait + instruction.wait_count > static_cast<int>(schedule.waits.size()))
       return name + "'s waits lie outside the wait list";
     for (int w = 0; w < instruction.wait_count; ++w) {
-      const CounterWait& wait = schedule.waits[static_cast<std::size_t>(instruction.first_wait + w)];
+      const CounterWait& wait =
+          schedule.waits[static_cast<std::size_t>(instruction.first_wait + w)];
       if (wait.counter < 0 || wait.counter >= counters)
         return name + " waits on a counter that does not exist";
     }
@@ -568,13 +579,13 @@ class Simulation {
                  " expecting the version of " + name(version) + ", but it holds " + name(stamp);
     } else if (stamp != version - 1) {
       problem_ = (stamp >= version ? "written twice or out of order: " : "a write skipped: ") +
-                 what + " as " + name(version) + ", but it holds " + name(stamp) +
-                 " (expected " + name(version - 1) + ")";
+                 what + " as " + name(version) + ", but it holds " + name(stamp) + " (expected " +
+                 name(version - 1) + ")";
     } else {
       const int readers = expected_readers(a.region, stamp, false);
-      problem_ = "overwrite before every read (WAR): " + what + " as " + name(version) +
-                 " while " + std::to_string(readers - reads_[a.region]) + " of the " +
-                 std::to_string(readers) + " readers of " + name(stamp) + " have not read it";
+      problem_ = "overwrite before every read (WAR): " + what + " as " + name(version) + " while " +
+                 std::to_string(readers - reads_[a.region]) + " of the " + std::to_string(readers) +
+                 " readers of " + name(stamp) + " have not read it";
     }
     return false;
   }
@@ -597,7 +608,9 @@ class Simulation {
       }
       model_.list_accesses(instruction, finishing, accesses_);
       for (const Access& a : accesses_)
-        if (!a.write) ++(a.previous_step ? next_step_reads_ : same_step_reads_)[table_first_[a.region] + a.phase];
+        if (!a.write)
+          ++(a.previous_step ? next_step_reads_
+                             : same_step_reads_)[table_first_[a.region] + a.phase];
     }
     for (int k = 0; k < s_.shape.blocks; ++k)  // each block at each step's start
       if (list_size(k) > 0) ++next_step_reads_[table_first_[model_.decision()]];
@@ -699,9 +712,9 @@ class Simulation {
   std::vector<std::vector<Waiter>> waiting_;  // blocks stopped on each counter
   std::vector<int> woken_;
   std::vector<int> arrivals_[kPersistentProducts];  // the workspace counters, per tile
-  std::vector<int> position_;                 // each block's place in its list
-  std::vector<int> step_;                     // each block's step (steps_ = finished)
-  std::vector<int> ready_;                    // blocks whose next instruction can run
+  std::vector<int> position_;                       // each block's place in its list
+  std::vector<int> step_;                           // each block's step (steps_ = finished)
+  std::vector<int> ready_;                          // blocks whose next instruction can run
   std::vector<int> ready_index_;
   int unfinished_ = 0;
 
@@ -710,7 +723,7 @@ class Simulation {
   std::vector<int> table_first_;  // (region, phase) -> index into the two tables below
   std::vector<int> same_step_reads_;
   std::vector<int> next_step_reads_;
-  std::vector<int> runs_;         // runs of each instruction
+  std::vector<int> runs_;  // runs of each instruction
   std::vector<Access> accesses_;
   long long executed_ = 0;
   struct Place {
@@ -760,8 +773,7 @@ std::string check_wait_order(const PersistentSchedule& schedule) {
                std::to_string(wait.step_offset) + " (0 or -1 only)";
       if (wait.per_step != schedule.counter_arrivals[wait.counter])
         return name(i) + " waits for " + std::to_string(wait.per_step) + " signals a step on " +
-               counter + ", which gets " +
-               std::to_string(schedule.counter_arrivals[wait.counter]);
+               counter + ", which gets " + std::to_string(schedule.counter_arrivals[wait.counter]);
       if (wait.step_offset == 0 && last_signaller[wait.counter] >= i)
         return name(i) + " waits on " + counter + " in the same step, but " +
                name(last_signaller[wait.counter]) + " signals it and comes at or after it";
@@ -770,8 +782,9 @@ std::string check_wait_order(const PersistentSchedule& schedule) {
   for (int c = 0; c < counters; ++c)
     if (signallers[c] != schedule.counter_arrivals[c])
       return "counter " + std::to_string(c) + " gets " +
-             std::to_string(schedule.counter_arrivals[c]) + " signals a step by counter_arrivals, " +
-             "but " + std::to_string(signallers[c]) + " instructions signal it";
+             std::to_string(schedule.counter_arrivals[c]) +
+             " signals a step by counter_arrivals, " + "but " + std::to_string(signallers[c]) +
+             " instructions signal it";
   const int blocks = static_cast<int>(schedule.block_first.size()) - 1;
   for (int k = 0; k < blocks; ++k)
     for (int at = schedule.block_first[k] + 1; at < schedule.block_first[k + 1]; ++at)

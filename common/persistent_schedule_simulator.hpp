@@ -43,8 +43,8 @@ namespace ladder {
 
 struct SimulationResult {
   bool ok = false;
-  std::string problem;      ///< the first violation or the deadlock, "" when ok
-  long long executed = 0;   ///< instructions run
+  std::string problem;     ///< the first violation or the deadlock, "" when ok
+  long long executed = 0;  ///< instructions run
 };
 
 /// Runs `schedule` for `steps` decode steps under the interleaving that `seed` draws.

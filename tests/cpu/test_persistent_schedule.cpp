@@ -80,12 +80,12 @@ int count_op(const PersistentSchedule& schedule, PersistentOp op) {
 }
 
 int count_product(const PersistentSchedule& schedule, PersistentProduct product) {
-  return static_cast<int>(std::count_if(
-      schedule.instructions.begin(), schedule.instructions.end(),
-      [&](const PersistentInstruction& i) {
-        return i.op == static_cast<std::int32_t>(PersistentOp::kProduct) &&
-               i.which == static_cast<std::int32_t>(product);
-      }));
+  return static_cast<int>(std::count_if(schedule.instructions.begin(), schedule.instructions.end(),
+                                        [&](const PersistentInstruction& i) {
+                                          return i.op == static_cast<std::int32_t>(
+                                                             PersistentOp::kProduct) &&
+                                                 i.which == static_cast<std::int32_t>(product);
+                                        }));
 }
 
 /// Instruction i to block i % blocks again, after a test edited the list.
@@ -151,7 +151,9 @@ TEST_CASE("persistent schedule: the instructions of each op", "[persistent]") {
   const int B = 3;
   const PersistentShape shape = make_shape(L, C, H, V, B, Splits{{2, 3, 1, 3, 2}}, 7);
   const PersistentSchedule schedule = build_persistent_schedule(shape);
-  const auto units = [&](PersistentProduct p) { return shape.products[static_cast<int>(p)].units(); };
+  const auto units = [&](PersistentProduct p) {
+    return shape.products[static_cast<int>(p)].units();
+  };
   CHECK(count_op(schedule, PersistentOp::kEmbedding) == B);
   CHECK(count_op(schedule, PersistentOp::kLayerNorm) == (2 * L + 1) * B);
   CHECK(count_op(schedule, PersistentOp::kAttention) == L * B * H);
@@ -185,8 +187,7 @@ TEST_CASE("persistent schedule: GPT-2 small's instruction count", "[persistent]"
     const PersistentSchedule schedule = build_persistent_schedule(gpt2_small(B, 264));
     // Per layer: 2 LayerNorms of B rows, qkv 6 x 36, B x 12 heads, 12 x 12, 4 x 48, 16 x 12.
     const int per_layer = 2 * B + 216 + 12 * B + 144 + 192 + 192;
-    CHECK(static_cast<int>(schedule.instructions.size()) ==
-          B + 12 * per_layer + B + 786 + B + 1);
+    CHECK(static_cast<int>(schedule.instructions.size()) == B + 12 * per_layer + B + 786 + B + 1);
     CHECK(check_wait_order(schedule).empty());
   }
 }
@@ -323,8 +324,7 @@ TEST_CASE("persistent schedule: GPT-2 small runs without deadlock or hazard", "[
 
 // ---------------------------------------------------------------- the simulator can fail
 
-TEST_CASE("persistent schedule: every wait is needed, and removing one is caught",
-          "[persistent]") {
+TEST_CASE("persistent schedule: every wait is needed, and removing one is caught", "[persistent]") {
   // Every same-step wait guards a read: without it some interleaving reads a stale value
   // or overwrites one not yet read. A block of one instruction each (more blocks than
   // instructions), so that no wait is implied by an earlier instruction of its block; the
@@ -375,7 +375,8 @@ TEST_CASE("persistent schedule: a wait on a later instruction fails the order ch
   for (std::size_t i = 0; i < schedule.instructions.size() && qkv < 0; ++i)
     if (schedule.instructions[i].op == static_cast<std::int32_t>(PersistentOp::kProduct))
       qkv = static_cast<int>(i);
-  const int head = schedule.instructions[first_instruction(schedule, PersistentOp::kAttention)].signal;
+  const int head =
+      schedule.instructions[first_instruction(schedule, PersistentOp::kAttention)].signal;
   add_wait(schedule, qkv, CounterWait{head, schedule.counter_arrivals[head], 0});
   const std::string order = check_wait_order(schedule);
   CHECK(mentions(order, "waits on counter " + std::to_string(head) + " in the same step"));
