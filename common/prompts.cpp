@@ -124,8 +124,8 @@ std::vector<std::vector<std::int32_t>> read_token_rows(const std::string& path, 
 
 std::string row_count_problem(std::size_t rows, int batch) {
   if (rows == 1 || rows == static_cast<std::size_t>(batch)) return "";
-  return "holds " + std::to_string(rows) + " rows; --batch " + std::to_string(batch) +
-         " needs " + std::to_string(batch) + " rows, or exactly one (repeated for every row)";
+  return "holds " + std::to_string(rows) + " rows; --batch " + std::to_string(batch) + " needs " +
+         std::to_string(batch) + " rows, or exactly one (repeated for every row)";
 }
 
 PromptBatch prompts_from_rows(const std::vector<std::vector<std::int32_t>>& rows, int batch) {

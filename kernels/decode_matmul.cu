@@ -941,7 +941,7 @@ DecodeMatmulWorkspace::DecodeMatmulWorkspace() {
     cluster_splits_ = major < 9 ? 0 : large_clusters ? decode_common::kMaxClusterBlocks : 8;
     residency_.reserve(32);  // 16 fp32/tf32 and 12 bf16 kernels, one size each: no later growth
     builds_.reserve(32);
-    clusters_.reserve(64);  // a kernel meets at most a few split counts
+    clusters_.reserve(64);                // a kernel meets at most a few split counts
     CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any launch
   } catch (...) {
     cudaFree(partials_);

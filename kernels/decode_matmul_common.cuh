@@ -220,10 +220,9 @@ void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t sha
                            cudaStream_t stream) {
   const void* kernel_address = reinterpret_cast<const void*>(kernel);
   const KernelBuild build = workspace.build_of(kernel_address);
-  arguments.programmatic =
-      launch_for_kernel(arguments.programmatic ? DecodeLaunch::kProgrammatic
-                                               : DecodeLaunch::kAfterPrevious,
-                        build) == DecodeLaunch::kProgrammatic;
+  arguments.programmatic = launch_for_kernel(arguments.programmatic ? DecodeLaunch::kProgrammatic
+                                                                    : DecodeLaunch::kAfterPrevious,
+                                             build) == DecodeLaunch::kProgrammatic;
   const bool splits_fit_a_cluster =
       arguments.splits > 1 && arguments.splits <= workspace.cluster_splits();
   arguments.cluster_splits =

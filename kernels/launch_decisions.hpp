@@ -52,8 +52,8 @@ constexpr DecodeLaunch launch_for_kernel(DecodeLaunch asked, KernelBuild build) 
 /// together, where a cluster launch would fail). The workspace path gives the same bits.
 constexpr bool sum_splits_in_clusters(int splits, int cluster_limit, KernelBuild build,
                                       bool grid_leaves_room, int active_clusters) {
-  return splits > 1 && splits <= cluster_limit && built_with_sm90_code(build) &&
-         grid_leaves_room && active_clusters >= 1;
+  return splits > 1 && splits <= cluster_limit && built_with_sm90_code(build) && grid_leaves_room &&
+         active_clusters >= 1;
 }
 
 }  // namespace ladder

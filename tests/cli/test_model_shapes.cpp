@@ -70,29 +70,28 @@ TEST_CASE("a head size the bf16 attention cannot read is refused before the GPU"
   CHECK(reached_the_gpu_check > 0);
 }
 
-TEST_CASE("prompt and forced-token files must hold one row or one per batch row",
-          "[cli][shapes]") {
+TEST_CASE("prompt and forced-token files must hold one row or one per batch row", "[cli][shapes]") {
   const std::string directory = make_temporary_directory("ladder-shapes");
   write_file(directory + "/two.txt", "1 2 3\n4 5 6\n");
   write_file(directory + "/one.txt", "1 2 3\n");
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
-    expect_one_line(run_chapter_process(chapter,
-                                        {"--prompt-file", directory + "/two.txt", "--batch", "3",
-                                         "--new-tokens", "2"},
-                                        kNoGpu),
-                    kUsageError, "holds 2 rows; --batch 3 needs 3 rows, or exactly one");
+    expect_one_line(
+        run_chapter_process(
+            chapter, {"--prompt-file", directory + "/two.txt", "--batch", "3", "--new-tokens", "2"},
+            kNoGpu),
+        kUsageError, "holds 2 rows; --batch 3 needs 3 rows, or exactly one");
     // Every batch size of the run is checked, not only the first.
     expect_one_line(run_chapter_process(chapter,
                                         {"--prompt-file", directory + "/two.txt", "--batch", "2,4",
                                          "--new-tokens", "2"},
                                         kNoGpu),
                     kUsageError, "--batch 4 needs 4 rows");
-    expect_one_line(run_chapter_process(chapter,
-                                        {"--prompt-file", directory + "/one.txt", "--force-tokens",
-                                         directory + "/two.txt", "--batch", "1", "--new-tokens",
-                                         "2"},
-                                        kNoGpu),
-                    kUsageError, "--force-tokens");
+    expect_one_line(
+        run_chapter_process(chapter,
+                            {"--prompt-file", directory + "/one.txt", "--force-tokens",
+                             directory + "/two.txt", "--batch", "1", "--new-tokens", "2"},
+                            kNoGpu),
+        kUsageError, "--force-tokens");
   }
 }

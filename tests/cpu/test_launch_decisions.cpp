@@ -12,10 +12,10 @@ namespace {
 using ladder::DecodeLaunch;
 using ladder::KernelBuild;
 
-constexpr KernelBuild kNativeHopper{90, 90};     // sm_90 SASS from compute_90
-constexpr KernelBuild kAmpereOnHopper{90, 80};   // compute_80 PTX JIT-compiled on an H100
-constexpr KernelBuild kAmpere{80, 80};           // sm_80 SASS on an A100
-constexpr KernelBuild kBlackwell{100, 100};      // a later architecture's own build
+constexpr KernelBuild kNativeHopper{90, 90};       // sm_90 SASS from compute_90
+constexpr KernelBuild kAmpereOnHopper{90, 80};     // compute_80 PTX JIT-compiled on an H100
+constexpr KernelBuild kAmpere{80, 80};             // sm_80 SASS on an A100
+constexpr KernelBuild kBlackwell{100, 100};        // a later architecture's own build
 constexpr KernelBuild kHopperPtxOnLater{100, 90};  // compute_90 PTX JIT-compiled later on
 constexpr KernelBuild kUnknown{};
 

@@ -168,9 +168,9 @@ struct RandomPromptCase {
 
 // The decode matmuls take at most 64 rows (kDecodeMaxRows): B = 72 and 130 run the
 // products of chapters 09 and 10 in slices of 64 rows, the last one short.
-constexpr RandomPromptCase kGoldenRandomPromptCases[] = {
-    {1, 1, 40, 3}, {3, 5, 33, 4}, {32, 9, 64, 5}, {37, 17, 100, 6}, {72, 3, 24, 7},
-    {130, 2, 12, 8}};
+constexpr RandomPromptCase kGoldenRandomPromptCases[] = {{1, 1, 40, 3},  {3, 5, 33, 4},
+                                                         {32, 9, 64, 5}, {37, 17, 100, 6},
+                                                         {72, 3, 24, 7}, {130, 2, 12, 8}};
 
 }  // namespace
 
@@ -395,8 +395,7 @@ void check_bf16_generation(const std::vector<std::string>& arguments,
 TEST_CASE("bf16 chapters: teacher-forced logits within 2e-2 of the bf16 reference (GPT-2 small)",
           "[chapters][bf16][chapter10]") {
   check_full_size_teacher_forced(ladder::testing::bf16_chapter_names(),
-                                 kGpt2SmallBfloatLogitsTolerance,
-                                 reference::Precision::bf16);
+                                 kGpt2SmallBfloatLogitsTolerance, reference::Precision::bf16);
 }
 
 TEST_CASE("bf16 chapters: teacher-forced logits within 1e-2 of the bf16 reference (golden model)",

@@ -312,8 +312,8 @@ void check_chapter_serves(const std::vector<Request>& trace, int slots,
     for (std::size_t i = 0; i < trace.size(); ++i) {
       CAPTURE(i);
       const std::vector<std::int32_t> expected =
-          reference::generate(model.weights, {trace[i].prompt}, trace[i].max_new_tokens,
-                              model.eos, false)
+          reference::generate(model.weights, {trace[i].prompt}, trace[i].max_new_tokens, model.eos,
+                              false)
               .tokens;
       CHECK(tokens[i] == expected);
       const int slot = served.slots.at(configuration)[i];

@@ -328,10 +328,12 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   // chapter's.
   CHECK(per_generation(device_loop, "graph_launches_per_step") == Approx(1));
   CHECK(per_generation(device_loop, "host_syncs_per_step") == Approx(1));
-  CAPTURE(per_generation(interleaved, "kernels_per_step"), per_generation(graphs, "kernels_per_step"),
+  CAPTURE(per_generation(interleaved, "kernels_per_step"),
+          per_generation(graphs, "kernels_per_step"),
           per_generation(device_loop, "kernels_per_step"),
           per_generation(decode_matmuls, "kernels_per_step"));
-  CHECK(per_generation(device_loop, "kernels_per_step") - per_generation(graphs, "kernels_per_step") <
+  CHECK(per_generation(device_loop, "kernels_per_step") -
+            per_generation(graphs, "kernels_per_step") <
         graphs.at("kernels_per_step").get<double>());
   CHECK(per_generation(graphs, "kernels_per_step") ==
         Approx(per_generation(interleaved, "kernels_per_step")));
@@ -383,9 +385,14 @@ double calls_named_like(const nlohmann::json& configuration, const std::string& 
 // per step must be those of the same configuration traced alone, where nothing came before.
 TEST_CASE("a graph chapter's traced run holds no capture and a plain step's kernels",
           "[graphs][chapters][cupti]") {
-  const std::vector<std::string> model = {"--weights", testing::golden_model_directory(),
-                                          "--batch", "3", "--random-prompt-length", "2",
-                                          "--seed", "4"};
+  const std::vector<std::string> model = {"--weights",
+                                          testing::golden_model_directory(),
+                                          "--batch",
+                                          "3",
+                                          "--random-prompt-length",
+                                          "2",
+                                          "--seed",
+                                          "4"};
   const std::vector<std::string> chapters = testing::chapter_names();
   for (const char* chapter :
        {"07_cuda_graphs", "08_device_loop", "09_decode_matmuls", "10_mixed_precision"}) {

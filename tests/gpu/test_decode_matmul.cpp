@@ -366,8 +366,8 @@ TEST_CASE("GPT-2 small's layer products give the same bits on 50 runs, in cluste
             const std::vector<float> bits =
                 run_product(*queue, x.get(), product.weight, product.bias, residual, B, product.K,
                             product.N, product.epilogue, precision);
-            differing_runs += std::memcmp(bits.data(), first_bits.data(),
-                                          bits.size() * sizeof(float)) != 0;
+            differing_runs +=
+                std::memcmp(bits.data(), first_bits.data(), bits.size() * sizeof(float)) != 0;
           }
         }
         CHECK(differing_runs == 0);
