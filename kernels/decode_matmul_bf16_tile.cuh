@@ -59,10 +59,12 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
   const __nv_bfloat16* source = a.x + static_cast<std::size_t>(row) * a.K;
   if constexpr (kXVector) {
     if (k >= a.K) return make_uint4(0, 0, 0, 0);
-    // A plain load, not the read-only path (__ldg): x is written by the kernel before,
-    // which under a programmatic launch may still be running when this block starts, and
-    // in the persistent kernel by other blocks of the same grid.
-    return *reinterpret_cast<const uint4*>(source + k);
+    // Not through the read-only path (__ldg), which is coherent only for data no one
+    // writes while the kernel runs: x is written by the kernel before, which under a
+    // programmatic launch may still be running when this block starts, and in the
+    // persistent kernel by other blocks of the same grid. Cached in L2 only (ld.global.cg):
+    // every block reads its own chunks of x once.
+    return __ldcg(reinterpret_cast<const uint4*>(source + k));
   } else {
     std::uint32_t words[4];
 #pragma unroll

@@ -48,8 +48,15 @@ constexpr int kMaxLayers = 48;  // GPT-2 XL
 /// The kernel's arguments: the launch's description, and every product's kernel
 /// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
 /// kept (the tests) from device memory, one per step (launch.argument_tables).
+/// A LayerNorm's weight and bias.
+struct NormWeights {
+  const bf16* weight;
+  const bf16* bias;
+};
+
 struct KernelArguments {
-  PersistentDecodeLaunch launch;
+  PersistentDecodeLaunch launch;  ///< its `layers` (host memory) cleared
+  NormWeights norms[kMaxLayers][2];  ///< ln_1, ln_2 of every layer
   ProductArguments layer_products[kMaxLayers][kLayerProducts];
   LmHeadArguments lm_head;           ///< without logits
   const LmHeadArguments* lm_heads;  ///< with logits kept: one per step, in device memory
@@ -58,10 +65,18 @@ struct KernelArguments {
 
 // ---------------------------------------------------------------- counters
 
-__device__ __forceinline__ std::uint32_t load_acquire(const std::uint32_t* at) {
+/// A strong load of a counter, without the acquire: spinning with acquire loads would
+/// invalidate the multiprocessor's L1 at every turn of the loop.
+__device__ __forceinline__ std::uint32_t load_relaxed(const std::uint32_t* at) {
   std::uint32_t value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
   return value;
+}
+
+/// After a relaxed load saw the count: the acquire (the fence-based form of the PTX
+/// memory model's release/acquire pattern), once.
+__device__ __forceinline__ void fence_acquire() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }
 
 __device__ __forceinline__ unsigned long long global_timer_ns() {
@@ -80,11 +95,17 @@ __device__ __forceinline__ bool fault_raised(const PersistentDecodeLaunch& a) {
 __device__ bool spin_until(const PersistentDecodeLaunch& a, int counter, std::uint32_t target,
                            int instruction, int step) {
   const std::uint32_t* at = a.schedule.counters + counter;
-  if (load_acquire(at) >= target) return true;
+  if (load_relaxed(at) >= target) {
+    fence_acquire();
+    return true;
+  }
   const unsigned long long start = global_timer_ns();
   for (unsigned int spins = 1;; ++spins) {
-    const std::uint32_t value = load_acquire(at);
-    if (value >= target) return true;
+    const std::uint32_t value = load_relaxed(at);
+    if (value >= target) {
+      fence_acquire();
+      return true;
+    }
     if (spins % 64 == 0) {
       if (fault_raised(a)) return false;
       if (global_timer_ns() - start > a.watchdog_ns) {
@@ -204,7 +225,7 @@ __device__ __forceinline__ void attention_barrier() {
 // Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
-// Promises: LDG.E.128 HMMA.16816.F32.BF16 RED.E.ADD
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 ATOMG.E.ADD.STRONG.GPU NANOSLEEP
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     persistent_decode_kernel(const KernelArguments arguments) {
@@ -250,9 +271,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
           const bf16* weight = a.ln_f_weight;
           const bf16* bias = a.ln_f_bias;
           if (norm != PersistentNorm::kFinal) {
-            const PersistentLayer& layer = a.layers[instruction.layer];
-            weight = norm == PersistentNorm::kFirst ? layer.ln_1_weight : layer.ln_2_weight;
-            bias = norm == PersistentNorm::kFirst ? layer.ln_1_bias : layer.ln_2_bias;
+            const NormWeights& weights = arguments.norms[instruction.layer][instruction.which];
+            weight = weights.weight;
+            bias = weights.bias;
           }
           normalize_row<bf16, kBfloatPack, 1, false>(instruction.unit, nullptr, a.hidden, weight,
                                                      bias, a.normed, a.C, a.eps, wait);
@@ -421,11 +442,8 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   };
   // Every layer's four products: chapter 10's arguments for that layer.
   std::vector<ProductArguments> layer_products;
-  std::vector<PersistentLayer> layers(static_cast<std::size_t>(a.n_layer));
-  CUDA_CHECK(cudaMemcpyAsync(layers.data(), a.layers, layers.size() * sizeof(PersistentLayer),
-                             cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (const PersistentLayer& layer : layers) {
+  for (int layer_index = 0; layer_index < a.n_layer; ++layer_index) {
+    const PersistentLayer& layer = a.layers[layer_index];
     ProductArguments qkv = product_template<bf16>(kName, plan(PersistentProduct::kQkv), a.normed,
                                                   a.qkv, a.B, C, 3 * C, DecodeEpilogue::kBias);
     qkv.weight = layer.qkv_weight;
@@ -473,6 +491,13 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   // bank, indexed by layer, instead of holding them in registers.
   KernelArguments arguments{};
   arguments.launch = a;
+  arguments.launch.layers = nullptr;  // host memory: what the kernel needs is copied below
+  for (int layer = 0; layer < a.n_layer; ++layer) {
+    arguments.norms[layer][static_cast<int>(PersistentNorm::kFirst)] = {a.layers[layer].ln_1_weight,
+                                                                        a.layers[layer].ln_1_bias};
+    arguments.norms[layer][static_cast<int>(PersistentNorm::kSecond)] = {
+        a.layers[layer].ln_2_weight, a.layers[layer].ln_2_bias};
+  }
   for (int layer = 0; layer < a.n_layer; ++layer)
     for (int product = 0; product < kLayerProducts; ++product)
       arguments.layer_products[layer][product] =

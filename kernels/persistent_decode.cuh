@@ -10,10 +10,11 @@
 // 10's and so are the tokens. What replaces the kernel boundary between two ops:
 //   * a producer, once its outputs are written, adds 1 to a counter with release
 //     semantics (__syncthreads, then one thread: __threadfence and atomicAdd);
-//   * a consumer's thread 0 spins with acquire loads (ld.acquire.gpu) until every
-//     counter it needs has reached its target, then the block meets at __syncthreads:
-//     the acquire makes the producers' writes visible to thread 0, the barrier to the
-//     rest of the block (the release/acquire pair is transitive through it);
+//   * a consumer's thread 0 spins with relaxed loads until every counter it needs has
+//     reached its target, fences with acquire semantics (fence.acq_rel.gpu), and the
+//     block meets at __syncthreads: the acquire makes the producers' writes visible to
+//     thread 0, the barrier to the rest of the block (release, acquire and the barriers
+//     order one another transitively);
 //   * a product's weight, which nothing writes, is requested before that wait (the
 //     same place where chapter 10's kernels wait for the kernel before them under a
 //     programmatic launch), so it streams while the block waits for its inputs.
@@ -66,7 +67,7 @@ struct PersistentScheduleView {
   int blocks = 0;  ///< the grid the schedule was built for
 };
 
-/// A layer's parameters on the device (BfloatDeviceModel::layer), every pointer bf16.
+/// A layer's parameters (BfloatDeviceModel::layer): device pointers, every one bf16.
 struct PersistentLayer {
   const __nv_bfloat16* ln_1_weight;
   const __nv_bfloat16* ln_1_bias;
@@ -95,7 +96,7 @@ struct PersistentProductPlan {
 struct PersistentDecodeLaunch {
   PersistentScheduleView schedule;
   // The model, bf16 (BfloatDeviceModel).
-  const PersistentLayer* layers = nullptr;  ///< [n_layer], in device memory
+  const PersistentLayer* layers = nullptr;  ///< [n_layer], in host memory: read by the launch
   const __nv_bfloat16* token_embedding = nullptr;     ///< wte [V, C]
   const __nv_bfloat16* position_embedding = nullptr;  ///< wpe [n_positions, C]
   const __nv_bfloat16* ln_f_weight = nullptr;

@@ -118,20 +118,15 @@ class Gpt2Decoder final : public Decoder {
         model_(*options.weights),
         step_(DecodeLaunch::kProgrammatic),
         watchdog_ns_(watchdog_from_environment()) {
-    // NEW in chapter 11: the layers' parameters as one device array, which every
-    // instruction of the persistent kernel indexes by its layer.
-    std::vector<PersistentLayer> layers;
+    // NEW in chapter 11: the layers' parameters, which the persistent kernel's launch
+    // passes as one kernel parameter.
     for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
       const ModelLayer layer = model_.layer(layer_index);
-      layers.push_back({layer.ln_1_weight, layer.ln_1_bias, layer.qkv_weight, layer.qkv_bias,
-                        layer.attn_proj_weight, layer.attn_proj_bias, layer.ln_2_weight,
-                        layer.ln_2_bias, layer.fc_weight, layer.fc_bias, layer.mlp_proj_weight,
-                        layer.mlp_proj_bias});
+      layers_.push_back({layer.ln_1_weight, layer.ln_1_bias, layer.qkv_weight, layer.qkv_bias,
+                         layer.attn_proj_weight, layer.attn_proj_bias, layer.ln_2_weight,
+                         layer.ln_2_bias, layer.fc_weight, layer.fc_bias, layer.mlp_proj_weight,
+                         layer.mlp_proj_bias});
     }
-    layers_ = allocate<PersistentLayer>(layers.size());
-    CUDA_CHECK(cudaMemcpyAsync(layers_, layers.data(), layers.size() * sizeof(PersistentLayer),
-                               cudaMemcpyHostToDevice, step_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(step_.stream()));  // `layers` goes out of scope
   }
 
   DeviceAllocator& allocator() override { return *allocator_; }
@@ -193,7 +188,7 @@ class Gpt2Decoder final : public Decoder {
     // kernel reads the prefill's decision (all_finished, the cursor's step) first.
     PersistentDecodeLaunch launch;
     launch.schedule = schedule.view();
-    launch.layers = layers_;
+    launch.layers = layers_.data();
     launch.token_embedding = model_.token_embedding();
     launch.position_embedding = model_.position_embedding();
     launch.ln_f_weight = model_.ln_f_weight();
@@ -523,7 +518,7 @@ class Gpt2Decoder final : public Decoder {
   const unsigned long long watchdog_ns_;
   // NEW in chapter 11: the layers' parameters for the kernel, and the schedule of the
   // last batch size.
-  TypedBuffer<PersistentLayer> layers_;
+  std::vector<PersistentLayer> layers_;
   std::optional<PersistentScheduleOnDevice> schedule_;
 };
 

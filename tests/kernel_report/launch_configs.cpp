@@ -40,6 +40,7 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/persistent_decode.cuh"
 #include "kernels/sampling.cuh"
 #include "occupancy_calculator.hpp"
 
@@ -157,6 +158,19 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* ke
 
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 
+// The persistent kernel's cooperative launch, recorded as the others.
+cudaError_t cudaLaunchCooperativeKernel(const void* kernel, dim3 grid, dim3 block, void** arguments,
+                                        std::size_t shared_bytes, cudaStream_t stream) {
+  return __cudaLaunchKernel(reinterpret_cast<cudaKernel_t>(const_cast<void*>(kernel)), grid, block,
+                            arguments, shared_bytes, stream);
+}
+
+// The persistent kernel's launch uploads the LM head's arguments: nothing to copy here.
+cudaError_t cudaMemcpyAsync(void* /*destination*/, const void* /*source*/, std::size_t /*bytes*/,
+                            cudaMemcpyKind /*kind*/, cudaStream_t /*stream*/) {
+  return cudaSuccess;
+}
+
 // DecodeMatmulWorkspace's constructor: the device, its multiprocessors, its scratch.
 constexpr int kReportMultiprocessors = 132;  // H200 (the report's sm_90)
 
@@ -170,6 +184,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int /*d
     *value = kReportMultiprocessors;
   } else if (attribute == cudaDevAttrComputeCapabilityMajor) {
     *value = 9;
+  } else if (attribute == cudaDevAttrCooperativeLaunch) {
+    *value = 1;
   } else {
     return cudaErrorInvalidValue;
   }
@@ -449,6 +465,63 @@ void record_all() {
     ladder::launch_decode_lm_head_bf16(bf16_x, bf16_weight, nullptr, candidate_values,
                                        candidate_indices, B, C, V, decode_workspace, kStream);
   });
+
+  // Chapter 11: every decode step in one kernel, the products' plans chapter 10's, one
+  // block a multiprocessor (the grid a schedule is built for).
+  constexpr int kLayers = 12;
+  std::vector<ladder::PersistentLayer> layers(
+      kLayers, ladder::PersistentLayer{bf16_weight, bf16_bias, bf16_weight, bf16_bias, bf16_weight,
+                                       bf16_bias, bf16_weight, bf16_bias, bf16_weight, bf16_bias,
+                                       bf16_weight, bf16_bias});
+  ladder::PersistentDecodeLaunch persistent;
+  persistent.schedule.instructions = memory.next<ladder::PersistentInstruction>();
+  persistent.schedule.waits = memory.next<ladder::CounterWait>();
+  persistent.schedule.block_first = memory.next<std::int32_t>();
+  persistent.schedule.block_instructions = memory.next<std::int32_t>();
+  persistent.schedule.counters = memory.next<std::uint32_t>();
+  persistent.schedule.blocks = kReportMultiprocessors;
+  persistent.layers = layers.data();
+  persistent.token_embedding = bf16_weight;
+  persistent.position_embedding = bf16_weight;
+  persistent.ln_f_weight = bf16_weight;
+  persistent.ln_f_bias = bf16_bias;
+  persistent.lm_head_weight = bf16_weight;
+  persistent.n_layer = kLayers;
+  persistent.C = C;
+  persistent.H = H;
+  persistent.V = V;
+  persistent.eps = kEps;
+  persistent.B = B;
+  persistent.hidden = bf16_x;
+  persistent.normed = bf16_y;
+  persistent.qkv = bf16_qkv;
+  persistent.attended = memory.next<__nv_bfloat16>();
+  persistent.expanded = memory.next<__nv_bfloat16>();
+  persistent.keys = bf16_keys;
+  persistent.values = bf16_values;
+  persistent.capacity = kCapacity;
+  persistent.layer_elements = static_cast<std::size_t>(B) * kCapacity * C;
+  persistent.candidate_values = candidate_values;
+  persistent.candidate_indices = candidate_indices;
+  for (int product = 0; product < ladder::kPersistentProducts; ++product) {
+    const ladder::ProductSize size =
+        ladder::persistent_product_size(static_cast<ladder::PersistentProduct>(product), C, V);
+    persistent.products[product].plan =
+        ladder::plan_decode_matmul_bf16(B, size.K, size.N, decode_workspace);
+    persistent.products[product].partials = workspace;
+    persistent.products[product].tile_counters = memory.next<unsigned int>();
+  }
+  persistent.next_tokens = tokens;
+  persistent.state = state;
+  persistent.cursor = cursor;
+  persistent.decisions = memory.next<std::int32_t>();
+  persistent.first_step = 1;
+  persistent.first_position = 1;
+  persistent.watchdog_ns = 1;
+  persistent.fault = memory.next<ladder::PersistentFault>();
+  persistent.argument_tables = memory.next<unsigned char>();
+  record("decode", "launch_persistent_decode",
+         [&] { ladder::launch_persistent_decode(persistent, kStream); });
 }
 
 }  // namespace
