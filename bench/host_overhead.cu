@@ -278,7 +278,7 @@ class Generation {
 
 // ---------------------------------------------------------------- the GPU's gap between steps
 //
-// CUPTI does not follow the kernels of a WHILE node's body (docs/performance_notes.md), so
+// CUPTI does not always follow the kernels of a WHILE node's body, so
 // chapter 08's idle time between steps is read here from the GPU's own clock: one-thread
 // kernels inside the loop's body write %globaltimer (nanoseconds, the same clock on every
 // multiprocessor) as the body starts and twice as it ends. The two stamps at the end are

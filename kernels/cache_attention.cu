@@ -53,8 +53,8 @@ constexpr int kPositionsPerBlock = kFusedWarps * kPositionsPerWarpChunk;
 //         chunks of 32 positions starting at 32 w, 32 (w + 8), ... up to capacity - all
 //         of them, masked or not; the eight warp states are merged through shared
 //         memory in warp order. (Two resident blocks per SM let ptxas use up to 128
-//         registers: 112 for GPT-2's D = 64 on sm_90; docs/performance_notes.md says
-//         where the bound comes from.)
+//         registers: 112 for GPT-2's D = 64 on sm_90; docs/kernels.md lists each
+//         kernel's registers.)
 // Promises (kWidth = 4): LDG.E.128
 template <int kWidth, int kDims>
 __global__ void __launch_bounds__(kStaticThreads, 2)

@@ -191,7 +191,7 @@ bool allow_large_clusters_bf16();
 /// free to be placed in clusters: a cluster's blocks must all sit in one GPC at once, and a
 /// grid that fills nearly every resident slot leaves clusters to a second wave. At most
 /// 85% of the slots: on the H200, c_fc's 240 blocks of 264 slots ran slower in clusters
-/// and c_attn's 216 faster (results/experiments/cluster_splits/README.md).
+/// and c_attn's 216 faster (docs/tuning_log.md).
 constexpr bool grid_leaves_room_for_clusters(long long blocks, long long slots) {
   return blocks * 100 <= 85 * slots;
 }

@@ -5,8 +5,8 @@
 // A decode step normalizes only B rows (32 at the default batch), so a row is the unit
 // of parallelism: one block of 256 threads per row, each thread one 16-byte pack of it
 // (C = 768 is 192 packs). Every load of the row, the weight and the bias is issued at
-// once, before the first reduction (the warp-per-row version it replaced, and what
-// each took: docs/performance_notes.md). Two passes instead of sum and sum of squares in one:
+// once, before the first reduction (bench/layernorm_history runs the warp-per-row
+// version it replaced beside it). Two passes instead of sum and sum of squares in one:
 // E[x^2] - E[x]^2 cancels badly in fp32 when the mean is large against the spread,
 // while sum((x - mean)^2) does not; both passes read the registers, not memory.
 #include "kernels/layernorm.cuh"

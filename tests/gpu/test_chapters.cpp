@@ -323,9 +323,8 @@ namespace {
 /// flips: a sum that lands on the other side of a rounding boundary moves a stored value
 /// by one unit of the 8-bit mantissa (0.4%), and the layers after it carry that on. The
 /// reference itself, with its matmul sums in float instead of double, differs from itself
-/// by up to 1.23% (median 0.95%) on the teacher-forced sequences below
-/// (results/experiments/bf16_summation_order): a bound under that would fail any order of
-/// summation but the reference's own.
+/// by up to 1.23% (median 0.95%) on the teacher-forced sequences below (measured on the
+/// CPU): a bound under that would fail any order of summation but the reference's own.
 constexpr double kBfloatLogitsTolerance = 1e-2;
 constexpr double kGpt2SmallBfloatLogitsTolerance = 2e-2;
 /// A tolerated logit error e can swap the top two only where the reference's relative

@@ -324,8 +324,7 @@ TEST_CASE("chapter 07 launches one graph per decode step, chapters 08 and 09 one
   // add per pass of the loop): fewer than one step more. No lower bound: CUPTI on driver
   // 580 does not always record every pass of a WHILE node's body (on this model some runs
   // counted the prefill and one pass, 49 kernels a generation whatever N, where 07 counts
-  // 23 a step; see docs/performance_notes.md), so a low count is the trace's, not the
-  // chapter's.
+  // 23 a step), so a low count is the trace's, not the chapter's.
   CHECK(per_generation(device_loop, "graph_launches_per_step") == Approx(1));
   CHECK(per_generation(device_loop, "host_syncs_per_step") == Approx(1));
   CAPTURE(per_generation(interleaved, "kernels_per_step"),
