@@ -318,6 +318,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       if (stopping != 0) return;  // the same for the whole block: set before a barrier
       signal(a, instruction.signal);
     }
+    // Every thread has read this step's `another_step` before thread 0 writes the next.
+    __syncthreads();
   }
 }
 
