@@ -114,4 +114,11 @@ BfloatDeviceLayer BfloatDeviceModel::layer(int index) const {
   return BfloatDeviceLayer::at_offsets(values_, layout_.layers.at(static_cast<std::size_t>(index)));
 }
 
+std::vector<BfloatDeviceLayer> BfloatDeviceModel::layers() const {
+  std::vector<BfloatDeviceLayer> all;
+  for (const LayerOffsets& offsets : layout_.layers)
+    all.push_back(BfloatDeviceLayer::at_offsets(values_, offsets));
+  return all;
+}
+
 }  // namespace ladder

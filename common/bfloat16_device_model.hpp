@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "common/config.hpp"
 #include "common/device_model.hpp"
@@ -44,6 +45,8 @@ class BfloatDeviceModel {
   const Gpt2Config& config() const { return config_; }
   /// Layer `index`: its matrices k_tiled, its vectors as they are.
   BfloatDeviceLayer layer(int index) const;
+  /// Every layer, in order (the persistent kernel takes them all at once).
+  std::vector<BfloatDeviceLayer> layers() const;
   /// wte [V, C] row-major (the embedding's table).
   const __nv_bfloat16* token_embedding() const { return values_ + layout_.token_embedding; }
   const __nv_bfloat16* position_embedding() const { return values_ + layout_.position_embedding; }

@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/device_model.hpp"  // DeviceLayerOf
 #include "common/persistent_schedule.hpp"
 #include "kernels/decode_matmul.cuh"  // DecodeMatmulPlan
 #include "kernels/decode_position.cuh"
@@ -67,21 +68,9 @@ struct PersistentScheduleView {
   int blocks = 0;  ///< the grid the schedule was built for
 };
 
-/// A layer's parameters (BfloatDeviceModel::layer): device pointers, every one bf16.
-struct PersistentLayer {
-  const __nv_bfloat16* ln_1_weight;
-  const __nv_bfloat16* ln_1_bias;
-  const __nv_bfloat16* qkv_weight;  ///< packed k_tiled, as every matrix below
-  const __nv_bfloat16* qkv_bias;
-  const __nv_bfloat16* attn_proj_weight;
-  const __nv_bfloat16* attn_proj_bias;
-  const __nv_bfloat16* ln_2_weight;
-  const __nv_bfloat16* ln_2_bias;
-  const __nv_bfloat16* fc_weight;
-  const __nv_bfloat16* fc_bias;
-  const __nv_bfloat16* mlp_proj_weight;
-  const __nv_bfloat16* mlp_proj_bias;
-};
+/// A layer's parameters (BfloatDeviceModel::layer): device pointers, every one bf16, the
+/// matrices packed k_tiled.
+using PersistentLayer = DeviceLayerOf<__nv_bfloat16>;
 
 /// One product's plan (plan_decode_matmul_bf16, chapter 10's) and its split-sum workspace:
 /// partials [S][T][B][64] floats when S > 1, tile arrival counters [T] (zero).

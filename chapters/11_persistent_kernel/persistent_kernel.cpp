@@ -117,16 +117,10 @@ class Gpt2Decoder final : public Decoder {
         // once, the matrices packed for the bf16 decode kernels.
         model_(*options.weights),
         step_(DecodeLaunch::kProgrammatic),
-        watchdog_ns_(watchdog_from_environment()) {
-    // NEW in chapter 11: the layers' parameters, which the persistent kernel's launch
-    // passes as one kernel parameter.
-    for (int layer_index = 0; layer_index < config_.n_layer; ++layer_index) {
-      const ModelLayer layer = model_.layer(layer_index);
-      layers_.push_back({layer.ln_1_weight, layer.ln_1_bias, layer.qkv_weight, layer.qkv_bias,
-                         layer.attn_proj_weight, layer.attn_proj_bias, layer.ln_2_weight,
-                         layer.ln_2_bias, layer.fc_weight, layer.fc_bias, layer.mlp_proj_weight,
-                         layer.mlp_proj_bias});
-    }
+        watchdog_ns_(watchdog_from_environment()),
+        // NEW in chapter 11: the layers' parameters, which the persistent kernel's launch
+        // passes as one kernel parameter.
+        layers_(model_.layers()) {
   }
 
   DeviceAllocator& allocator() override { return *allocator_; }
@@ -518,7 +512,7 @@ class Gpt2Decoder final : public Decoder {
   const unsigned long long watchdog_ns_;
   // NEW in chapter 11: the layers' parameters for the kernel, and the schedule of the
   // last batch size.
-  std::vector<PersistentLayer> layers_;
+  const std::vector<PersistentLayer> layers_;
   std::optional<PersistentScheduleOnDevice> schedule_;
 };
 

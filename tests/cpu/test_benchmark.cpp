@@ -97,7 +97,7 @@ TEST_CASE("the table and the JSON carry graph launches and host time per step", 
   CHECK(rows.at(1).at("host_api_calls_per_step").is_null());
 }
 
-TEST_CASE("--compact's table fits 100 columns and divides by the previous run where known",
+TEST_CASE("the --compact table fits 100 columns and divides by the previous run where known",
           "[benchmark]") {
   ladder::ReportHeader header;
   header.chapter = "10_mixed_precision";

@@ -55,7 +55,7 @@ TEST_CASE("bad values name their flag", "[cli]") {
   CHECK_THROWS_WITH(parse({"--weights", "d", "--config", "c"}), Contains("--config"));
 }
 
-TEST_CASE("--compact and --compare parse; --compare needs --compact and a chapter's JSON",
+TEST_CASE("the --compact and --compare parse; --compare needs --compact and a chapter's JSON",
           "[cli]") {
   using Catch::Matchers::Contains;
   CHECK_FALSE(parse({}).compact);
