@@ -128,8 +128,11 @@ Plan make_plan(int argc, char** argv) {
   if (!options.weights_directory.empty()) {
     plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
     plan.config = plan.checkpoint->config;
-  } else if (!options.config_file.empty())
+  } else if (!options.config_file.empty()) {
     plan.config = Gpt2Config::from_json_file(options.config_file);
+  } else if (!options.model_name.empty()) {
+    plan.config = Gpt2Config::named(options.model_name);
+  }
   plan.config.validate();
   plan.eos_token_id = options.eos_token_id.value_or(plan.config.eos_token_id);
   if (plan.eos_token_id >= plan.config.vocab_size)
@@ -212,7 +215,7 @@ PromptBatch make_prompts(const Plan& plan, int batch) {
 std::string model_source(const Plan& plan) {
   if (!plan.options.weights_directory.empty()) return plan.options.weights_directory;
   if (!plan.options.config_file.empty()) return plan.options.config_file;
-  return "GPT-2 small";
+  return "GPT-2 " + (plan.options.model_name.empty() ? "small" : plan.options.model_name);
 }
 
 /// Prints the usage when argv asks for it (--help, -h); says whether it did.
@@ -234,7 +237,10 @@ ReportHeader report_header(const ChapterInfo& chapter, const Plan& plan) {
                      : plan.options.allow_tf32               ? "tf32"
                                                              : "fp32";
   header.weights = plan.options.weights_directory.empty()
-                       ? "random (seed " + std::to_string(plan.options.seed) + ")"
+                       ? "random " +
+                             (plan.options.model_name.empty() ? ""
+                                                              : "GPT-2 " + plan.options.model_name + " ") +
+                             "(seed " + std::to_string(plan.options.seed) + ")"
                        : plan.options.weights_directory;
   header.prompts = plan.prompt_description;
   return header;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/benchmark.hpp"
+#include "common/config.hpp"
 #include "common/cuda_check.hpp"
 
 namespace ladder {
@@ -73,6 +74,13 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
       options.weights_directory = value();
     } else if (flag == "--config") {
       options.config_file = value();
+    } else if (flag == "--model") {
+      options.model_name = value();
+      try {
+        Gpt2Config::named(options.model_name);
+      } catch (const std::invalid_argument& error) {
+        throw std::invalid_argument(flag + ": " + error.what());
+      }
     } else if (flag == "--tokenizer") {
       options.tokenizer_directory = value();
     } else if (flag == "--prompt") {
@@ -118,6 +126,11 @@ RunOptions parse_run_options(int argc, const char* const* argv) {
   if (!options.weights_directory.empty() && !options.config_file.empty())
     throw std::invalid_argument(
         "--config: only for random weights; --weights brings its own config");
+  if (!options.model_name.empty() &&
+      (!options.weights_directory.empty() || !options.config_file.empty()))
+    throw std::invalid_argument(std::string("--model: a GPT-2 size with random weights; ") +
+                                (options.weights_directory.empty() ? "--config" : "--weights") +
+                                " names the model itself: give one of the two");
   if (!options.compare_file.empty()) {
     if (!options.compact)
       throw std::invalid_argument("--compare: only with --compact, whose x prev column it fills");
@@ -145,7 +158,11 @@ workload
 model
   --weights DIR             Hugging Face GPT-2 directory (config.json, model.safetensors);
                             default: GPT-2 small with the documented random weights
-  --config FILE             config.json of another GPT-2 size, random weights
+  --model NAME              GPT-2's size with the documented random weights: small
+                            (12 layers, 12 heads, 768 wide), medium (24, 16, 1024),
+                            large (36, 20, 1280) or xl (48, 25, 1600)  (default small)
+  --config FILE             config.json of any other GPT-2 shape, random weights
+                            (--model, --config and --weights: one at most)
   --tokenizer DIR           vocab.json + merges.txt (default: the --weights directory)
   --eos ID                  end-of-sequence id (default: the config's)
   --tf32                    TF32 tensor-core matmuls (default: plain fp32)

@@ -33,6 +33,7 @@ struct RunOptions {
   std::uint64_t seed = 0;                            ///< seed of the random weights and prompts
   std::string weights_directory;    ///< Hugging Face GPT-2 directory; empty = random
   std::string config_file;          ///< config.json for random weights of another size
+  std::string model_name;           ///< --model: small, medium, large or xl, random weights
   std::string tokenizer_directory;  ///< vocab.json + merges.txt (default: weights dir)
   std::string prompt_text;          ///< one text prompt, repeated for every row
   int random_prompt_length = 0;     ///< > 0: per-row random token prompts

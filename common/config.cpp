@@ -122,6 +122,33 @@ void Gpt2Config::validate() const {
   require_token_in_vocabulary(eos_token_id, vocab_size, "eos_token_id");
 }
 
+const std::vector<std::string>& gpt2_model_names() {
+  static const std::vector<std::string> names = {"small", "medium", "large", "xl"};
+  return names;
+}
+
+Gpt2Config Gpt2Config::named(const std::string& name) {
+  // (n_layer, n_head, n_embd) of the four checkpoints OpenAI released (Hugging Face's
+  // gpt2, gpt2-medium, gpt2-large, gpt2-xl); the rest is the same for all four.
+  struct Shape {
+    const char* name;
+    int n_layer, n_head, n_embd;
+  };
+  static const Shape shapes[] = {
+      {"small", 12, 12, 768}, {"medium", 24, 16, 1024}, {"large", 36, 20, 1280}, {"xl", 48, 25, 1600}};
+  for (const Shape& shape : shapes) {
+    if (name != shape.name) continue;
+    Gpt2Config config;
+    config.n_layer = shape.n_layer;
+    config.n_head = shape.n_head;
+    config.n_embd = shape.n_embd;
+    return config;
+  }
+  std::string choices;
+  for (const std::string& known : gpt2_model_names()) choices += (choices.empty() ? "" : ", ") + known;
+  throw std::invalid_argument("'" + name + "' is not a GPT-2 size: choose one of " + choices);
+}
+
 Gpt2Config Gpt2Config::from_json_file(const std::string& path) {
   std::ifstream file(path);
   if (!file) throw std::runtime_error(path + ": cannot open the GPT-2 config file");

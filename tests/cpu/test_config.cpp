@@ -1,10 +1,19 @@
-// tests/cpu/test_config.cpp - Gpt2Config: validation, parameter count, loading config.json.
+// tests/cpu/test_config.cpp - Gpt2Config: validation, parameter count, loading config.json,
+// GPT-2's four named sizes (--model) against every kernel's shape limits.
 #include <catch2/catch.hpp>
 
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "common/bfloat16_device_model.hpp"
+#include "common/benchmark.hpp"
+#include "common/cli.hpp"
 #include "common/config.hpp"
+#include "common/weights.hpp"
+#include "kernels/decode_matmul_layout.hpp"
+#include "kernels/kernel_limits.hpp"
 #include "tests/support/safetensors_writer.hpp"
 
 using Catch::Contains;
@@ -167,4 +176,131 @@ TEST_CASE("from_json_file refuses what it cannot run, naming the file and the fi
   SECTION("not an object") {
     REQUIRE_THROWS_WITH(load_config_text("[1, 2, 3]"), Contains("not a JSON object"));
   }
+}
+
+// ---------------------------------------------------------------- GPT-2's four sizes
+
+namespace {
+
+struct PublishedSize {
+  std::string name;
+  int n_layer, n_head, n_embd;
+  std::int64_t parameters;  ///< Hugging Face's num_parameters() of gpt2, gpt2-medium, ...
+};
+
+const std::vector<PublishedSize>& published_sizes() {
+  static const std::vector<PublishedSize> sizes = {
+      {"small", 12, 12, 768, 124439808},
+      {"medium", 24, 16, 1024, 354823168},
+      {"large", 36, 20, 1280, 774030080},
+      {"xl", 48, 25, 1600, 1557611200},
+  };
+  return sizes;
+}
+
+ladder::RunOptions parse(std::vector<const char*> arguments) {
+  arguments.insert(arguments.begin(), "chapter");
+  return ladder::parse_run_options(static_cast<int>(arguments.size()), arguments.data());
+}
+
+}  // namespace
+
+TEST_CASE("Gpt2Config::named gives GPT-2's four published sizes", "[config][sizes]") {
+  REQUIRE(ladder::gpt2_model_names() == std::vector<std::string>{"small", "medium", "large", "xl"});
+  for (const PublishedSize& size : published_sizes()) {
+    INFO(size.name);
+    const ladder::Gpt2Config config = ladder::Gpt2Config::named(size.name);
+    CHECK(config.n_layer == size.n_layer);
+    CHECK(config.n_head == size.n_head);
+    CHECK(config.n_embd == size.n_embd);
+    CHECK(config.head_dim() == 64);
+    CHECK(config.vocab_size == 50257);
+    CHECK(config.n_positions == 1024);
+    CHECK(config.layer_norm_epsilon == 1e-5f);
+    CHECK(config.bos_token_id == 50256);
+    CHECK(config.eos_token_id == 50256);
+    CHECK(config.parameter_count() == size.parameters);
+    CHECK_NOTHROW(config.validate());
+  }
+  // "small" is the default configuration, field for field.
+  const ladder::Gpt2Config small = ladder::Gpt2Config::named("small");
+  const ladder::Gpt2Config defaults;
+  CHECK(small.n_layer == defaults.n_layer);
+  CHECK(small.n_head == defaults.n_head);
+  CHECK(small.n_embd == defaults.n_embd);
+  CHECK(small.parameter_count() == defaults.parameter_count());
+}
+
+TEST_CASE("Gpt2Config::named refuses any other name, listing the four", "[config][sizes]") {
+  for (const char* name : {"", "gpt2-xl", "XL", "tiny"}) {
+    INFO("'" << name << "'");
+    REQUIRE_THROWS_WITH(ladder::Gpt2Config::named(name),
+                        Contains("is not a GPT-2 size") &&
+                            Contains("choose one of small, medium, large, xl"));
+  }
+}
+
+TEST_CASE("every GPT-2 size is inside every kernel's limits", "[config][sizes]") {
+  for (const std::string& name : ladder::gpt2_model_names()) {
+    INFO(name);
+    const ladder::Gpt2Config config = ladder::Gpt2Config::named(name);
+    // The fp32 and bf16 attention kernels: D <= 128; the bf16 ones read D in packs of 8.
+    CHECK(config.head_dim() <= ladder::kMaxHeadDim);
+    CHECK(config.head_dim() % ladder::kBfloatHeadDimMultiple == 0);
+    CHECK(ladder::bfloat16_model_problem(config).empty());
+    // Every LayerNorm (fp32, bf16, fused with the residual add): rows of C <= 2048.
+    CHECK(config.n_embd <= ladder::kMaxLayernormC);
+    // The decode matmuls (fp32 and bf16) take any K and N (K padded to 32-row chunks, N
+    // in 64-column tiles); the persistent kernel takes C only in whole 64-column tiles
+    // and at most 48 layers (kernels/persistent_decode.cu's launch checks).
+    CHECK(config.n_embd % ladder::kDecodeTileColumns == 0);
+    CHECK(config.n_layer <= 48);
+    // The layout the weights live in: every tensor, each on a 64-float boundary.
+    const ladder::ParameterLayout layout = ladder::ParameterLayout::for_config(config);
+    CHECK(layout.layers.size() == static_cast<std::size_t>(config.n_layer));
+    CHECK(layout.total >= static_cast<std::size_t>(config.parameter_count()));
+    CHECK(layout.total % 64 == 0);
+  }
+}
+
+TEST_CASE("the HBM floor of a GPT-2 size counts that size's weights and cache",
+          "[config][sizes][benchmark]") {
+  // One step at B = 1 over one cached position: every parameter but the position table
+  // (the token embedding counted once, as the tied LM head), the keys and values of every
+  // layer, and the fp32 logits (common/benchmark.cpp floor_bytes).
+  for (const std::string& name : ladder::gpt2_model_names()) {
+    INFO(name);
+    const ladder::Gpt2Config config = ladder::Gpt2Config::named(name);
+    const double C = config.n_embd;
+    const double expected_values =
+        static_cast<double>(config.parameter_count()) - config.n_positions * C  // weights
+        + 2.0 * config.n_layer * 1 * 1 * C;                                     // K and V
+    const double logits = config.vocab_size * 4.0;
+    CHECK(ladder::floor_bytes(config, 1, 1, 1, 4) == Approx(expected_values * 4 + logits));
+    CHECK(ladder::floor_bytes(config, 1, 1, 1, 2) == Approx(expected_values * 2 + logits));
+  }
+  // Each size up moves more bytes a step, at B = 1 and at B = 32.
+  for (const int batch : {1, 32}) {
+    double previous = 0;
+    for (const std::string& name : ladder::gpt2_model_names()) {
+      const double bytes = ladder::floor_bytes(ladder::Gpt2Config::named(name), batch, 1, 100, 4);
+      CHECK(bytes > previous);
+      previous = bytes;
+    }
+  }
+}
+
+TEST_CASE("--model takes a GPT-2 size; --config and --weights exclude it", "[config][sizes][cli]") {
+  CHECK(parse({}).model_name.empty());
+  for (const std::string& name : ladder::gpt2_model_names())
+    CHECK(parse({"--model", name.c_str()}).model_name == name);
+  REQUIRE_THROWS_WITH(parse({"--model", "huge"}),
+                      Contains("--model: 'huge' is not a GPT-2 size") && Contains("small, medium"));
+  REQUIRE_THROWS_WITH(parse({"--model"}), Contains("--model: missing value"));
+  REQUIRE_THROWS_WITH(parse({"--model", "xl", "--config", "config.json"}),
+                      Contains("--model:") && Contains("--config names the model itself"));
+  REQUIRE_THROWS_WITH(parse({"--weights", "gpt2", "--model", "medium"}),
+                      Contains("--model:") && Contains("--weights names the model itself"));
+  REQUIRE_THROWS_AS(parse({"--model", "xl", "--config", "config.json"}), std::invalid_argument);
+  CHECK(ladder::run_options_usage("chapter").find("--model NAME") != std::string::npos);
 }
