@@ -42,7 +42,9 @@ recorded as failed (with its token check). Their compile and CUDA-graph capture 
 the warm-up run; "framework" names the mode, and counts the steps torch.compile left out of
 CUDA graphs ("cudagraph_skips": 0 when every step was one graph).
 
-The workload is the chapters': GPT-2 small (transformers' GPT2Config() defaults), fp32
+The workload is the chapters': GPT-2 small (transformers' GPT2Config() defaults; --model
+medium, large or xl: GPT2Config with n_layer, n_head and n_embd of that size, as the chapters'
+--model, the rest GPT-2's), fp32
 weights (bf16 in the bf16 rows), B prompts holding only BOS (50256), greedy argmax, up to
 N new tokens, stopping
 once every row has produced EOS (a finished row keeps being decoded, as in the chapters). The
@@ -157,6 +159,9 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduc
 ANCHORS = ("hf_static_compiled", "static_step_compiled")  # the compiled anchors
 ANCHOR_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # both capture CUDA graphs
 COMPILED = ("compile", "pingpong") + ANCHORS
+# GPT-2's four sizes, as common/config.cpp Gpt2Config::named: (n_layer, n_head, n_embd).
+MODEL_SHAPES = {"small": (12, 12, 768), "medium": (24, 16, 1024), "large": (36, 20, 1280),
+                "xl": (48, 25, 1600)}
 
 
 # ---------------------------------------------------------------- helpers without torch
@@ -499,7 +504,9 @@ class VariantRunner:
         self.torch = torch
         self.transformers = transformers
         torch.manual_seed(args.seed)  # transformers' initialisation draws from the global generator
-        model = transformers.GPT2LMHeadModel(transformers.GPT2Config())
+        n_layer, n_head, n_embd = MODEL_SHAPES[args.model]
+        model = transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd))
         dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
         self.model = model.to(device=DEVICE, dtype=dtype).eval()
         self.config = self.model.config
@@ -714,7 +721,8 @@ class VariantRunner:
             compile_mode = args.compile_mode
         else:
             compile_mode = None
-        weights = f"random (transformers' initialisation, torch.manual_seed({args.seed}))"
+        weights = (f"random{'' if args.model == 'small' else ' GPT-2 ' + args.model} "
+                   f"(transformers' initialisation, torch.manual_seed({args.seed}))")
         if variant.key == "static_step_compiled":
             weights += ", the Hugging Face model's own tensors"
         document = {
@@ -722,6 +730,7 @@ class VariantRunner:
             "title": variant.full_title(args.anchor_compile_mode),
             "device": self.banner,
             "precision": args.precision,
+            "model": args.model,
             "weights": weights,
             "prompts": "BOS only",
             "allocator": allocator,
@@ -848,6 +857,7 @@ def run_parent(args) -> int:
                  "--warmup", str(args.warmup), "--seed", str(args.seed),
                  "--compile-mode", args.compile_mode,
                  "--anchor-compile-mode", args.anchor_compile_mode,
+                 "--model", args.model,
                  "--sweep-batch", ",".join(map(str, args.sweep_batch)) or "none",
                  "--out", str(args.out)]
     if args.suffix:
@@ -903,6 +913,10 @@ def parse_arguments(argv):
                              + " (default: all)")
     parser.add_argument("--precision", type=name_list(PRECISIONS), default=list(PRECISIONS),
                         help="fp32 (TF32 off), tf32 (TF32 matmuls), or both (default)")
+    parser.add_argument("--model", choices=list(MODEL_SHAPES), default="small",
+                        help="GPT-2's size, random weights: small (12 layers, 12 heads, 768), "
+                             "medium (24, 16, 1024), large (36, 20, 1280), xl (48, 25, 1600) "
+                             "(default %(default)s)")
     parser.add_argument("--batch", type=integer_list, default=[32],
                         help="rows per batch, e.g. 32 or 1,8,32,64 (default 32)")
     parser.add_argument("--new-tokens", type=integer_list, default=[100, 200, 400],

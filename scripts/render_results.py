@@ -5,6 +5,8 @@ Reads a results directory written by scripts/run_ladder.sh:
   NN_name.json, NN_name.sweep.json       the chapters' --json output (common/benchmark.cpp)
   pytorch_<variant>.<precision>.json     scripts/pytorch_baseline.py's, same schema
   run.json                               the run: gpu, driver, cuda, date, git commit, copy bandwidth
+  sizes/MODEL/*.json                     the same at GPT-2 medium, large and xl (--model MODEL):
+                                         chapters 07 on and the compiled anchors, B = 1 and 32
 and writes, always generated and never edited by hand:
   <results>/summary.md                   every table, in ladder order (never sorted by speed)
   docs/images/results_time_per_chapter.png, results_time_vs_n.png, results_batch_sweep.png
@@ -22,6 +24,12 @@ and writes, always generated and never edited by hand:
                                          (matmul kernels, other kernels, GPU idle) for this
                                          chapter and the one before, on one linear scale, from
                                          results/profile/NN_name.kernel_profile.txt
+  docs/results.md                        between <!-- model-sizes:begin --> and
+  docs/images/results_model_sizes.png    <!-- model-sizes:end -->: × floor against the model's
+                                         size (small from the run itself, the others from
+                                         sizes/), one line per rung and compiled anchor, at
+                                         B = 1 and 32, N = 100; "not measured" where the run
+                                         has no such row
   docs/workshop.md                       between <!-- peak-reserved:begin --> and
                                          <!-- peak-reserved:end -->: every chapter's peak
                                          reserved bytes at the main batch (smallest and
@@ -85,6 +93,17 @@ PAGE_PRECISIONS = ("fp32", "bf16")
 # rungs too: its "× prev" is the same chapter in fp32.
 LADDER_OF_PRECISION = {"bf16": ("fp32", "bf16"), "tf32": ("fp32", "tf32")}
 PREFERRED_BATCH = 32       # the default workload's batch, when the data leaves a choice
+# GPT-2's sizes (common/config.cpp Gpt2Config::named): parameters, for the size plot's axis.
+SIZES_BEGIN, SIZES_END = "<!-- model-sizes:begin -->", "<!-- model-sizes:end -->"
+SIZES_PLOT = "results_model_sizes.png"
+MODEL_PARAMETERS = {"small": 124439808, "medium": 354823168, "large": 774030080,
+                    "xl": 1557611200}
+SIZE_BATCHES = (1, 32)
+SIZE_NEW_TOKENS = 100
+SIZE_PRECISIONS = ("fp32", "bf16")
+SIZE_FIRST_CHAPTER = 7  # the last rungs: scripts/run_ladder.sh runs 07 onward at every size
+SIZE_ANCHORS = {"pytorch_hf_static_compiled": "PyTorch: HF static cache, compiled",
+                "pytorch_static_step_compiled": "PyTorch: hand-written step, compiled"}
 PREFERRED_NEW_TOKENS = 100  # the batch sweep's length, likewise
 
 
@@ -879,6 +898,179 @@ def make_plots(ladder, pytorch, layout, images: pathlib.Path) -> set:
     return drawn
 
 
+# ---------------------------------------------------------------- GPT-2's sizes
+
+def in_size_sweep(report) -> bool:
+    """The rows the size sweep runs: chapters 07 on that serve one batch (not 12), and the
+    compiled anchors, in fp32 or bf16."""
+    if report.precision not in SIZE_PRECISIONS:
+        return False
+    if report.is_pytorch:
+        return report.chapter in SIZE_ANCHORS
+    number = report.chapter[:2]
+    return (number.isdigit() and int(number) >= SIZE_FIRST_CHAPTER
+            and report.chapter != "12_continuous_batching")
+
+
+def load_sizes(directory: pathlib.Path, ladder, pytorch) -> dict:
+    """{model: {(chapter, precision): Report}}: GPT-2 small from the run's own reports, the
+    larger sizes from directory/sizes/MODEL (empty where the run has none)."""
+    sizes = {}
+    for model in MODEL_PARAMETERS:
+        if model == "small":
+            reports = ladder + pytorch
+        else:
+            folder = directory / "sizes" / model
+            reports = []
+            if folder.is_dir() and any(path.name != "run.json" for path in folder.glob("*.json")):
+                _, size_ladder, size_pytorch = load_results(folder)
+                reports = size_ladder + size_pytorch
+        sizes[model] = {(r.chapter, r.precision): r for r in reports if in_size_sweep(r)}
+    return sizes
+
+
+def size_series(sizes: dict) -> list:
+    """(chapter, precision, label) of every rung and anchor any size has, in ladder order:
+    the chapters, then the anchors, fp32 before bf16."""
+    found = {}
+    for reports in sizes.values():
+        for key, report in reports.items():
+            found.setdefault(key, report)
+
+    def order(key):
+        report = found[key]
+        position = (PYTORCH_ORDER.index(report.chapter) if report.is_pytorch
+                    and report.chapter in PYTORCH_ORDER else 0)
+        return (report.is_pytorch, position, report.chapter, SIZE_PRECISIONS.index(report.precision))
+    return [(key[0], key[1], SIZE_ANCHORS.get(key[0], found[key].label))
+            for key in sorted(found, key=order)]
+
+
+def size_row(sizes, model, chapter, precision, batch):
+    """The configuration (batch, N = 100) of that series at that size, "failed", or None."""
+    report = sizes[model].get((chapter, precision))
+    if report is None:
+        return None
+    row = report.rows.get((batch, SIZE_NEW_TOKENS))
+    if row is not None:
+        return row
+    if any(size in ((batch, SIZE_NEW_TOKENS), None) for size, _ in report.failures):
+        return "failed"
+    return None
+
+
+def times_floor(row):
+    """A row's median time over its HBM floor, or None."""
+    if not isinstance(row, dict) or not row.get("floor_s"):
+        return None
+    return row["median_s"] / row["floor_s"]
+
+
+def size_cell(row) -> str:
+    if row == "failed":
+        return "failed"
+    value = times_floor(row)
+    if value is None:
+        return "not measured"
+    return f"{ratio(value)} ({row['median_s'] * 1e3 / max(row.get('steps') or 1, 1):.3g} ms)"
+
+
+def floor_per_step(sizes, model, precision, batch):
+    """The HBM floor in seconds a step at that size, precision and batch, from any row."""
+    for (chapter, report_precision), report in sizes[model].items():
+        row = report.rows.get((batch, SIZE_NEW_TOKENS))
+        if report_precision == precision and row and row.get("floor_s") and row.get("steps"):
+            return row["floor_s"] / row["steps"]
+    return None
+
+
+def model_heading(model: str) -> str:
+    return f"{model} ({MODEL_PARAMETERS[model] / 1e6:.0f} M)"
+
+
+def sizes_block(run, sizes, results_name, plot_drawn: bool) -> str:
+    lines = [generated_note(results_name), ""]
+    measured = [model for model in MODEL_PARAMETERS if model != "small" and sizes[model]]
+    series = size_series(sizes)
+    everyone = [report for reports in sizes.values() for report in reports.values()]
+    if everyone:
+        lines += [run_line(run, everyone, results_name), ""]
+    if not measured:
+        lines += [f"Not measured: `{results_name}` holds no run of GPT-2 medium, large or xl yet "
+                  "(`scripts/run_ladder.sh` writes them into its `sizes/` folder on a GPU "
+                  "machine; `--sizes-only` adds them to a run that has the rest).", ""]
+    lines += ["Each cell: the median time of a generation over the HBM floor of that size and "
+              "precision (× floor; 1.00× would be the floor), then the median time a step. "
+              f"N = {SIZE_NEW_TOKENS}, BOS prompts, random weights of each size (fixed seed); "
+              "small's rows are the run's own, the others `--model medium`, `large` and `xl`.", ""]
+    models = list(MODEL_PARAMETERS)
+    for batch in SIZE_BATCHES:
+        lines += [f"**B = {batch}**", ""]
+        lines += table_head(["rung", "precision"] + [model_heading(model) for model in models])
+        for chapter, precision, label in series:
+            cells = [size_cell(size_row(sizes, model, chapter, precision, batch)) for model in models]
+            lines.append("| " + " | ".join([escape(label), precision] + cells) + " |")
+        for precision in SIZE_PRECISIONS:
+            floors = [floor_per_step(sizes, model, precision, batch) for model in models]
+            if any(floors):
+                cells = ["not measured" if value is None else f"{value * 1e3:.3g} ms a step"
+                         for value in floors]
+                lines.append("| " + " | ".join(["HBM floor", precision] + cells) + " |")
+        lines.append("")
+    if plot_drawn:
+        lines += [f"![× floor against the model's size, B = 1 and 32](images/{SIZES_PLOT})", ""]
+    return "\n".join(lines).rstrip("\n")
+
+
+def make_size_plot(sizes, images: pathlib.Path) -> bool:
+    """× floor against the parameter count, one panel per batch; only once a size beyond
+    small was measured (one point per line says nothing). Whether it was drawn."""
+    target = images / SIZES_PLOT
+    target.unlink(missing_ok=True)  # a plot this run cannot draw must not survive an older one
+    if not any(sizes[model] for model in MODEL_PARAMETERS if model != "small"):
+        return False
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        print("render_results.py: matplotlib is not installed: no size plot", file=sys.stderr)
+        return False
+    pyplot.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    images.mkdir(parents=True, exist_ok=True)
+    colours = pyplot.get_cmap("tab10").colors
+    series = size_series(sizes)
+    figure, panels = pyplot.subplots(1, len(SIZE_BATCHES), figsize=(11, 4.5), sharey=True)
+    for axes, batch in zip(panels, SIZE_BATCHES):
+        for index, (chapter, precision, label) in enumerate(series):
+            points = [(MODEL_PARAMETERS[model],
+                       times_floor(size_row(sizes, model, chapter, precision, batch)))
+                      for model in MODEL_PARAMETERS]
+            points = [(x, y) for x, y in points if y is not None]
+            if not points:
+                continue
+            anchor = chapter in SIZE_ANCHORS
+            axes.plot([x for x, _ in points], [y for _, y in points],
+                      marker="s" if anchor else "o",
+                      linestyle="--" if precision == "bf16" else "-",
+                      color=colours[index % 10], label=f"{label} ({precision})")
+        axes.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+        axes.set_xscale("log")
+        axes.set_xticks(list(MODEL_PARAMETERS.values()))
+        axes.set_xticklabels([model_heading(model) for model in MODEL_PARAMETERS])
+        axes.minorticks_off()
+        axes.set_xlabel("GPT-2 size (parameters)")
+        axes.set_title(f"B = {batch}, N = {SIZE_NEW_TOKENS}")
+    panels[0].set_ylabel("× HBM floor (1 = the floor)")
+    panels[0].set_ylim(bottom=0)
+    panels[-1].legend(fontsize=7)
+    figure.suptitle("Time over the HBM floor against the model's size")
+    figure.tight_layout()
+    figure.savefig(target, dpi=110, metadata={"Software": None})
+    pyplot.close(figure)
+    return True
+
+
 # ---------------------------------------------------------------- writing
 
 def marker_line(marker: str):
@@ -1056,6 +1248,18 @@ def main(argv) -> int:
                                               step_time_block(times, image.name)):
                         if chapter_readme not in written:
                             written.append(chapter_readme)
+        if page.exists() and has_markers(page.read_text(), SIZES_BEGIN):
+            sizes = load_sizes(args.results, ladder, pytorch)
+            plot = images / SIZES_PLOT
+            drawn = ((plot.exists() and any(sizes[model] for model in MODEL_PARAMETERS
+                                            if model != "small"))
+                     if args.check else make_size_plot(sizes, images))
+            if drawn and not args.check:
+                written.append(plot)
+            if writer.replace_between(page, SIZES_BEGIN, SIZES_END,
+                                      sizes_block(run, sizes, results_name, drawn)):
+                if page not in written:
+                    written.append(page)
         workshop = args.root / "docs" / "workshop.md"
         if (ladder and workshop.exists()
                 and has_markers(workshop.read_text(), PEAK_RESERVED_BEGIN)

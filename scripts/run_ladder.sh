@@ -11,18 +11,28 @@
 #    N = 100 comes from the first run). Each chapter measures the copy bandwidth itself and
 #    prints a progress line per run; its JSON goes to RESULTS_DIR/NN_name.json and
 #    NN_name.sweep.json.
+#    Then GPT-2's larger sizes (--model medium, large, xl: random weights of that shape)
+#    through the last rungs, chapters 07 onward, at B = 1 and 32 with N = 100, into
+#    RESULTS_DIR/sizes/MODEL/NN_name.json (GPT-2 small's rows are the runs above).
 # 3. Writes RESULTS_DIR/run.json: GPU, driver, CUDA version, date, git commit (and whether the
 #    tree had uncommitted changes), the copy bandwidth the chapters measured.
 # 4. Runs scripts/pytorch_baseline.py into RESULTS_DIR when torch and transformers import
-#    (otherwise one line says why the PyTorch rows are skipped).
+#    (otherwise one line says why the PyTorch rows are skipped); then its compiled anchors
+#    (hf_static_compiled, static_step_compiled) at the same larger sizes, B = 1 and 32,
+#    N = 100, fp32 and bf16, into RESULTS_DIR/sizes/MODEL/.
 # 5. Runs scripts/render_results.py: RESULTS_DIR/summary.md, docs/images/results_*.png, and
 #    the tables between the markers of README.md, docs/results.md and chapter READMEs;
 #    into results/latest, scripts/render_computed_tables.py too (the pages' computed tables).
 # 6. Prints the summary last.
 #
 # RESULTS_DIR defaults to results/latest. Options:
-#   --quick        N = 100 only, 3 timed runs, into results/quick; README and docs untouched
+#   --quick        N = 100 only, 3 timed runs, into results/quick; README and docs untouched;
+#                  no larger sizes
 #   --no-pytorch   no PyTorch rows
+#   --no-sizes     GPT-2 small only: no medium, large and xl rows
+#   --sizes-only   only the larger sizes (chapters, then the anchors unless --no-pytorch) and
+#                  step 5, into a RESULTS_DIR that holds the rest of the run: the job split
+#                  over calls of limited length, like --pytorch-only
 #   --pytorch-only only step 4 and 5, into a RESULTS_DIR that holds the chapters' results:
 #                  for a machine whose commands may not run long enough for the whole job
 #                  (run the job with --no-pytorch, then this, on the same machine)
@@ -31,7 +41,9 @@
 # LADDER_PYTORCH_RUNS (timed runs per PyTorch configuration, default 3, as the committed PyTorch
 # rows: 5 would add about 2 minutes to a job of about 11), LADDER_PRESET, LADDER_COMMIT,
 # LADDER_PYTORCH_FLAGS (extra flags for scripts/pytorch_baseline.py, e.g. "--precision
-# tf32"), LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too; the compiled
+# tf32"), LADDER_SIZES (the larger sizes run, default "medium large xl"),
+# LADDER_SIZE_PRECISIONS (the anchors' precisions at those sizes, default fp32,bf16),
+# LADDER_PYTORCH_SWEEP=1 (PyTorch rows for the batch sweep too; the compiled
 # anchors always run it, see scripts/pytorch_baseline.py --sweep-batch).
 #
 # Nothing is lost when a run does not complete. Without a GPU (nvidia-smi lists none) the
@@ -50,6 +62,8 @@ out=""
 quick=0
 pytorch=1
 pytorch_only=0
+sizes=1
+sizes_only=0
 chapter_flags=()
 started=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - started )) s"; }
@@ -58,6 +72,8 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --no-pytorch) pytorch=0; shift ;;
     --pytorch-only) pytorch_only=1; shift ;;
+    --no-sizes) sizes=0; shift ;;
+    --sizes-only) sizes_only=1; shift ;;
     --out) [ $# -ge 2 ] || error "--out needs a directory"; out=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; chapter_flags=("$@"); break ;;
@@ -75,6 +91,15 @@ out=${out:-$([ $quick = 1 ] && echo results/quick || echo results/latest)}
 out=${out%/}
 main_tokens=$([ $quick = 1 ] && echo 100 || echo 100,200,400)
 [ $pytorch_only = 1 ] && [ $pytorch = 0 ] && error "--pytorch-only and --no-pytorch exclude each other"
+[ $sizes_only = 1 ] && [ $sizes = 0 ] && error "--sizes-only and --no-sizes exclude each other"
+[ $sizes_only = 1 ] && [ $pytorch_only = 1 ] && error "--sizes-only and --pytorch-only exclude each other"
+[ $sizes_only = 1 ] && [ $quick = 1 ] && error "--sizes-only and --quick exclude each other"
+if [ $quick = 1 ]; then sizes=0; fi
+size_models=${LADDER_SIZES:-medium large xl}
+for model in $size_models; do
+  case $model in medium|large|xl) ;; *) error "LADDER_SIZES: '$model' is not medium, large or xl" ;; esac
+done
+size_precisions=${LADDER_SIZE_PRECISIONS:-fp32,bf16}
 command -v python3 >/dev/null || error "python3 not found: it renders the results (apt-get install python3)"
 
 # ---- a device, before anything is built or written
@@ -162,13 +187,11 @@ for folder in chapters/[0-9][0-9]_*/; do
 done
 [ ${#chapters[@]} -gt 0 ] || error "no chapter executables in build/$preset/chapters"
 
-rm -f "$staging"/[0-9][0-9]_*.json "$staging"/pytorch_*.json "$staging"/run.json \
-  "$staging"/summary.md
 run_chapter() {  # name, label, chapter flags...
   local name=$1 label=$2
   shift 2
   echo
-  echo "=== [$index/${#chapters[@]}] $name: $label, $runs timed runs (at $(elapsed))"
+  echo "=== [$index/$count] $name: $label, $runs timed runs (at $(elapsed))"
   local status=0
   "build/$preset/chapters/$name" "$@" --runs "$runs" "${chapter_flags[@]}" || status=$?
   if [ $status -eq 3 ]; then
@@ -178,7 +201,11 @@ run_chapter() {  # name, label, chapter flags...
     exit $status
   fi
 }
+if [ $sizes_only = 0 ]; then
+rm -f "$staging"/[0-9][0-9]_*.json "$staging"/pytorch_*.json "$staging"/run.json \
+  "$staging"/summary.md
 index=0
+count=${#chapters[@]}
 for name in "${chapters[@]}"; do
   index=$((index + 1))
   run_chapter "$name" "B = 32, N = $main_tokens" --batch 32 --new-tokens "$main_tokens" \
@@ -194,8 +221,29 @@ for name in "${chapters[@]}"; do
       --new-tokens 100 --json "$staging/$name.tf32.sweep.json"
   fi
 done
+fi
+
+# ---- GPT-2's larger sizes: the last rungs (07 on) at B = 1 and 32, N = 100
+if [ $sizes = 1 ]; then
+  size_chapters=()
+  for name in "${chapters[@]}"; do
+    if [ "$((10#${name%%_*}))" -ge 7 ]; then size_chapters+=("$name"); fi
+  done
+  for model in $size_models; do
+    mkdir -p "$staging/sizes/$model"
+    rm -f "$staging/sizes/$model"/[0-9][0-9]_*.json
+    index=0
+    count=${#size_chapters[@]}
+    for name in "${size_chapters[@]}"; do
+      index=$((index + 1))
+      run_chapter "$name" "GPT-2 $model, B = 1 and 32, N = 100" --model "$model" --batch 1,32 \
+        --new-tokens 100 --json "$staging/sizes/$model/$name.json"
+    done
+  done
+fi
 
 # ---- the run
+if [ $sizes_only = 0 ]; then
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\), \(V[0-9.]*\).*/\1 (\2)/p' || true)
 RUN_GPU=${gpu%%, *} RUN_DRIVER=${gpu##*, } RUN_CUDA=$cuda RUN_COMMIT=$commit RUN_DIRTY=$dirty \
@@ -219,6 +267,7 @@ run = {
 (out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
 EOF
 fi
+fi
 
 # ---- PyTorch side by side
 if [ $pytorch = 1 ]; then
@@ -228,14 +277,29 @@ if [ $pytorch = 1 ]; then
     read -r -a extra_pytorch <<< "${LADDER_PYTORCH_FLAGS:-}"
     echo
     echo "=== PyTorch: scripts/pytorch_baseline.py ${pytorch_flags[*]} ${extra_pytorch[*]} (at $(elapsed))"
-    python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
-      echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
-    if [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
+    if [ $sizes_only = 0 ]; then
+      python3 scripts/pytorch_baseline.py "${pytorch_flags[@]}" "${extra_pytorch[@]}" ||
+        echo "run_ladder.sh: scripts/pytorch_baseline.py failed (exit $?): the PyTorch rows may be missing" >&2
+    fi
+    if [ $sizes_only = 0 ] && [ "${LADDER_PYTORCH_SWEEP:-0}" = 1 ]; then
       # The compiled anchors ran their batch sweep above (--sweep-batch): not again here.
       python3 scripts/pytorch_baseline.py --out "$staging" --batch 1,8,64 --new-tokens 100 \
         --runs "$pytorch_runs" --naive-runs "$pytorch_runs" --suffix sweep \
         --variants naive,dynamic,expandable,static,compile,pingpong "${extra_pytorch[@]}" ||
         echo "run_ladder.sh: the PyTorch batch sweep failed (exit $?)" >&2
+    fi
+    if [ $sizes = 1 ]; then
+      # The compiled anchors at the larger sizes, beside the chapters' rows of those sizes.
+      for model in $size_models; do
+        mkdir -p "$staging/sizes/$model"
+        echo
+        echo "=== PyTorch: the compiled anchors, GPT-2 $model, B = 1 and 32, N = 100 (at $(elapsed))"
+        python3 scripts/pytorch_baseline.py --out "$staging/sizes/$model" --model "$model" \
+          --variants hf_static_compiled,static_step_compiled --precision "$size_precisions" \
+          --batch 1,32 --new-tokens 100 --sweep-batch none --runs "$pytorch_runs" \
+          --naive-runs "$pytorch_runs" "${extra_pytorch[@]}" ||
+          echo "run_ladder.sh: the PyTorch anchors at GPT-2 $model failed (exit $?)" >&2
+      done
     fi
   else
     echo "run_ladder.sh: PyTorch rows skipped: python3 cannot import torch and transformers ($(echo "$why" | tail -1))"
