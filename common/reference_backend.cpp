@@ -7,8 +7,9 @@
 namespace ladder {
 
 ReferenceBackend::ReferenceBackend(const Gpt2Weights& weights, int slots, int capacity,
-                                   double bytes_available)
-    : model_(weights), capacity_(capacity) {
+                                   double bytes_available, reference::Precision precision)
+    : model_(weights, precision), capacity_(capacity) {
+  // The reference's caches hold floats whatever the precision (bf16 values in bf16 mode).
   require_slots_fit(weights.config, slots, capacity, static_cast<int>(sizeof(float)),
                     bytes_available);
   slots_.resize(static_cast<std::size_t>(slots));

@@ -1,5 +1,7 @@
 // common/reference_backend.hpp - the CPU reference as a serving back-end: what the
 // scheduler's CPU tests run against, and what a reader without a GPU can serve a trace on.
+// It runs the reference in the precision it is given: bf16 (reference.hpp's bf16 mode, the
+// oracle of a GPU back-end that stores bf16, such as chapter 12's) or fp32.
 //
 // Each slot is its own reference::Model::KvCache. A prefill starts the slot's cache afresh
 // and feeds the prompt one position at a time (as reference::generate() does); a decode
@@ -25,11 +27,13 @@ namespace ladder {
 class ReferenceBackend : public ServingBackend {
  public:
   /// `slots` caches of `capacity` positions, refused (std::invalid_argument, one line)
-  /// unless they fit require_slots_fit() in `bytes_available` of host memory. Keeps a
-  /// reference to the weights, which must outlive it.
-  ReferenceBackend(const Gpt2Weights& weights, int slots, int capacity, double bytes_available);
-  ReferenceBackend(const Gpt2Weights&& weights, int slots, int capacity,
-                   double bytes_available) = delete;
+  /// unless they fit require_slots_fit() in `bytes_available` of host memory; the model
+  /// run in `precision` (reference::Model's modes). Keeps a reference to the weights,
+  /// which must outlive it.
+  ReferenceBackend(const Gpt2Weights& weights, int slots, int capacity, double bytes_available,
+                   reference::Precision precision);
+  ReferenceBackend(const Gpt2Weights&& weights, int slots, int capacity, double bytes_available,
+                   reference::Precision precision) = delete;
 
   int slot_count() const override { return static_cast<int>(slots_.size()); }
   int slot_capacity() const override { return capacity_; }

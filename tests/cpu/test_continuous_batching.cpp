@@ -4,7 +4,9 @@
 // The contract: every request's tokens equal what reference::generate() gives for that
 // request alone (same prompt, same limit, same EOS rule), whatever its slot, the arrival
 // order, its neighbours, the number of slots, the policy (continuous or static batches)
-// and the number of steps in flight; no slot is leaked; the queue drains. The model is the
+// and the number of steps in flight; no slot is leaked; the queue drains. The reference
+// runs in its bf16 mode, the oracle of chapter 12's bf16 step, on both sides: the
+// back-end that serves and the request generated alone. The model is the
 // small golden GPT-2 (tests/data/golden_model) with an EOS id it really emits, so
 // requests stop at EOS as well as at their limits. A scripted back-end checks the
 // bookkeeping (steps, times, positions, speculative rows) exactly.
@@ -48,6 +50,15 @@ const ladder::Gpt2Weights& golden_weights() {
   return weights;
 }
 
+/// The oracle's precision: chapter 12 stores bf16 (the reference's bf16 mode, R1-R7).
+constexpr ladder::reference::Precision oracle_precision = ladder::reference::Precision::bf16;
+
+/// The golden model in the oracle's precision, built (rounded) once.
+const ladder::reference::Model& golden_model() {
+  static const ladder::reference::Model model(golden_weights(), oracle_precision);
+  return model;
+}
+
 /// Random prompts of 1 .. 24 tokens and limits of 1 .. 40 over the golden vocabulary,
 /// all at time 0 or Poisson arrivals at `arrivals_per_second`.
 std::vector<Request> small_trace(int requests, std::uint64_t seed, double arrivals_per_second = 0) {
@@ -66,8 +77,8 @@ std::vector<Request> small_trace(int requests, std::uint64_t seed, double arriva
 
 /// What the reference generates for `request` alone.
 Tokens reference_tokens(const Request& request, int eos) {
-  return ladder::reference::generate(golden_weights(), {request.prompt}, request.max_new_tokens,
-                                     eos, false)
+  return ladder::reference::generate(golden_model(), {request.prompt}, request.max_new_tokens, eos,
+                                     false)
       .tokens;
 }
 
@@ -84,7 +95,7 @@ std::vector<T> shuffled(std::vector<T> values, std::uint64_t seed) {
 ServingResult serve_on_reference(const std::vector<Request>& requests, int slots,
                                  const SchedulerOptions& options) {
   ladder::ReferenceBackend backend(golden_weights(), slots, golden_weights().config.n_positions,
-                                   plenty_of_memory);
+                                   plenty_of_memory, oracle_precision);
   ladder::SimulatedClock clock(1.0);
   return ladder::serve_requests(requests, backend, options, clock);
 }
@@ -203,7 +214,7 @@ TEST_CASE("no slot is leaked and the queue drains", "[batching]") {
   for (const BatchingPolicy policy : {BatchingPolicy::continuous, BatchingPolicy::static_batches}) {
     for (const int in_flight : {1, 2}) {
       ladder::ReferenceBackend backend(golden_weights(), 3, golden_weights().config.n_positions,
-                                       plenty_of_memory);
+                                       plenty_of_memory, oracle_precision);
       ladder::RequestScheduler scheduler(trace, 3, backend.slot_capacity(),
                                          {policy, emitted_eos, in_flight});
       int steps = 0;
@@ -412,7 +423,7 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
   using Catch::Matchers::Contains;
   const ladder::Gpt2Weights& weights = golden_weights();
   const int context = weights.config.n_positions;  // 128
-  ladder::ReferenceBackend backend(weights, 2, context, plenty_of_memory);
+  ladder::ReferenceBackend backend(weights, 2, context, plenty_of_memory, oracle_precision);
   ladder::SimulatedClock clock(1.0);
   const SchedulerOptions options{BatchingPolicy::continuous, emitted_eos, 1};
 
@@ -429,16 +440,18 @@ TEST_CASE("bad traces, slot counts and plans are refused with one clear line", "
   // More slots than memory allows: 8 slots of 128 positions of this model need
   // 8 * 128 * 2 layers * 2 * 64 * 4 bytes = 1 MiB.
   CHECK(ladder::kv_cache_bytes(weights.config, 8, context, 4) == 1 << 20);
-  CHECK_THROWS_WITH(ladder::ReferenceBackend(weights, 8, context, 300000),
+  CHECK_THROWS_WITH(ladder::ReferenceBackend(weights, 8, context, 300000, oracle_precision),
                     Contains("slots: 8 slots of 128 positions need 0.000977 GiB of KV cache but "
                              "0.000279 GiB are available; ask for at most 2 slots"));
-  CHECK_THROWS_WITH(ladder::ReferenceBackend(weights, 0, context, plenty_of_memory),
-                    Contains("slots: 0; serve with at least one"));
-  CHECK_THROWS_WITH(ladder::ReferenceBackend(weights, 2, context + 1, plenty_of_memory),
-                    Contains("slot capacity: 129 positions; give 1 to the model's n_positions"));
+  CHECK_THROWS_WITH(
+      ladder::ReferenceBackend(weights, 0, context, plenty_of_memory, oracle_precision),
+      Contains("slots: 0; serve with at least one"));
+  CHECK_THROWS_WITH(
+      ladder::ReferenceBackend(weights, 2, context + 1, plenty_of_memory, oracle_precision),
+      Contains("slot capacity: 129 positions; give 1 to the model's n_positions"));
 
   // Plans that break the back-end contract (a scheduler bug) are refused, not run.
-  ladder::ReferenceBackend strict(weights, 2, context, plenty_of_memory);
+  ladder::ReferenceBackend strict(weights, 2, context, plenty_of_memory, oracle_precision);
   CHECK_THROWS_WITH(strict.launch_step({{}, {{0, 0}}}),
                     Contains("decode of slot 0, which was never prefilled"));
   CHECK_THROWS_WITH(strict.launch_step({{{1, {3}}, {1, {4}}}, {}}),
