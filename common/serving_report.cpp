@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/bfloat16_device_model.hpp"  // bfloat16_model_problem
 #include "common/cli.hpp"
 #include "common/cuda_check.hpp"
 #include "common/gpu_activity.hpp"
@@ -203,6 +204,14 @@ int run_serving_chapter(int argc, char** argv, const ChapterInfo& chapter,
     if (options.allow_tf32 && chapter.stored == StoredPrecision::bf16)
       throw std::invalid_argument("--tf32: this chapter's step is bf16; TF32 is for fp32 steps");
     const ServingPlan plan = make_serving_plan(options, value_bytes);
+    if (chapter.stored == StoredPrecision::bf16) {
+      // Refused before the device is touched, as run_chapter refuses it: a model the bf16
+      // kernels cannot run is a bad file (exit 1), not a failure half-way.
+      const std::string problem = bfloat16_model_problem(plan.config);
+      if (!problem.empty())
+        throw std::runtime_error("not a model " + chapter.folder +
+                                 "'s bf16 kernels can run: " + problem);
+    }
 
     require_cuda_device();
     cudaDeviceProp properties{};

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/count_lesson_statements.py - how many code statements each chapter changes.
 
-A chapter's diff against the chapter before should be its lesson and nothing else. This
+A chapter's diff against its base should be its lesson and nothing else. This
 script measures that diff in code statements, not lines, so that comments and line
 wrapping do not count: for each chapter's loop file (the folder's one .cpp or .cu) it
 
@@ -10,10 +10,12 @@ wrapping do not count: for each chapter's loop file (the folder's one .cpp or .c
      parentheses (a for header stays one statement), and after every `{` and `}`,
   3. normalizes white space inside each statement,
 
-and compares the statement lists of consecutive chapters with difflib. A statement
+and compares the statement lists of each chapter and its base with difflib: the chapter
+before it, unless its header names another on a `// Built on: chapters/NN_name` line
+(scripts/render_chapter_diffs.py's rule: chapter 12 is built on chapter 10). A statement
 removed or added counts once; a block of n statements replaced by m counts max(n, m).
 
-    python3 scripts/count_lesson_statements.py            # every consecutive pair
+    python3 scripts/count_lesson_statements.py            # every chapter against its base
     python3 scripts/count_lesson_statements.py 04 05      # one pair, by chapter number
     python3 scripts/count_lesson_statements.py --show 04 05   # ... and the changed statements
     python3 scripts/count_lesson_statements.py --layer-loops  # loops over the layers, per file
@@ -31,7 +33,8 @@ import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from render_chapter_diffs import REPOSITORY, ChapterError, chapter_folders, loop_file  # noqa: E402
+from render_chapter_diffs import (REPOSITORY, ChapterError, base_chapter,  # noqa: E402
+                                  chapter_folders, loop_file)
 
 # A loop over the model's layers: `for (... ; ... n_layer ...)`.
 LAYER_LOOP = re.compile(r"\bfor \([^;]*;[^;]*\bn_layer\b")
@@ -152,7 +155,8 @@ def main(argv) -> int:
 
 def run(argv) -> int:
     parser = argparse.ArgumentParser(description="Code statements each chapter changes.")
-    parser.add_argument("chapters", nargs="*", help="two chapter numbers (default: every pair)")
+    parser.add_argument("chapters", nargs="*",
+                        help="two chapter numbers (default: every chapter against its base)")
     parser.add_argument("--show", action="store_true", help="print the changed statements")
     parser.add_argument("--layer-loops", action="store_true",
                         help="print how many loops over the layers each chapter file holds")
@@ -180,7 +184,8 @@ def run(argv) -> int:
             return 2
         pairs = [(by_number[args.chapters[0].zfill(2)], by_number[args.chapters[1].zfill(2)])]
     else:
-        pairs = list(zip(folders, folders[1:]))
+        pairs = [(base_chapter(folder, previous, folders), folder)
+                 for previous, folder in zip(folders, folders[1:])]
 
     for before, after in pairs:
         blocks = changed_statements(statements(loop_file(before).read_text()),
