@@ -93,7 +93,8 @@ struct StepPlan {
 };
 
 /// What runs the model for the scheduler (contract above). Implementations:
-/// ReferenceBackend (common/reference_backend.hpp, the CPU reference).
+/// ReferenceBackend (common/reference_backend.hpp, the CPU reference in fp32 or in its
+/// bf16 mode).
 class ServingBackend {
  public:
   virtual ~ServingBackend() = default;
@@ -113,7 +114,7 @@ class ServingBackend {
 void check_step_plan(const StepPlan& plan, int slots, int capacity);
 
 /// Bytes of a KV cache of `slots` x `capacity` positions: keys and values of every
-/// layer, n_embd values each, `bytes_per_value` bytes a value (4 for fp32).
+/// layer, n_embd values each, `bytes_per_value` bytes a value (4 for fp32, 2 for bf16).
 double kv_cache_bytes(const Gpt2Config& config, int slots, int capacity, int bytes_per_value);
 
 /// Throws std::invalid_argument, one line saying what to ask for instead, unless
