@@ -236,11 +236,10 @@ ReportHeader report_header(const ChapterInfo& chapter, const Plan& plan) {
   header.precision = chapter.stored == StoredPrecision::bf16 ? "bf16"
                      : plan.options.allow_tf32               ? "tf32"
                                                              : "fp32";
+  const std::string size =
+      plan.options.model_name.empty() ? "" : "GPT-2 " + plan.options.model_name + " ";
   header.weights = plan.options.weights_directory.empty()
-                       ? "random " +
-                             (plan.options.model_name.empty() ? ""
-                                                              : "GPT-2 " + plan.options.model_name + " ") +
-                             "(seed " + std::to_string(plan.options.seed) + ")"
+                       ? "random " + size + "(seed " + std::to_string(plan.options.seed) + ")"
                        : plan.options.weights_directory;
   header.prompts = plan.prompt_description;
   return header;

@@ -134,8 +134,10 @@ Gpt2Config Gpt2Config::named(const std::string& name) {
     const char* name;
     int n_layer, n_head, n_embd;
   };
-  static const Shape shapes[] = {
-      {"small", 12, 12, 768}, {"medium", 24, 16, 1024}, {"large", 36, 20, 1280}, {"xl", 48, 25, 1600}};
+  static const Shape shapes[] = {{"small", 12, 12, 768},
+                                 {"medium", 24, 16, 1024},
+                                 {"large", 36, 20, 1280},
+                                 {"xl", 48, 25, 1600}};
   for (const Shape& shape : shapes) {
     if (name != shape.name) continue;
     Gpt2Config config;
@@ -145,7 +147,8 @@ Gpt2Config Gpt2Config::named(const std::string& name) {
     return config;
   }
   std::string choices;
-  for (const std::string& known : gpt2_model_names()) choices += (choices.empty() ? "" : ", ") + known;
+  for (const std::string& known : gpt2_model_names())
+    choices += (choices.empty() ? "" : ", ") + known;
   throw std::invalid_argument("'" + name + "' is not a GPT-2 size: choose one of " + choices);
 }
 

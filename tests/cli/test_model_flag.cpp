@@ -41,24 +41,21 @@ TEST_CASE("--model refuses a name outside GPT-2's four sizes in one line", "[cli
   }
 }
 
-TEST_CASE("--model with --config or --weights is refused before either is read",
-          "[cli][sizes]") {
+TEST_CASE("--model with --config or --weights is refused before either is read", "[cli][sizes]") {
   // Neither path exists: the refusal comes from the command line alone.
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
-    expect_one_line(
-        run_chapter_process(chapter, {"--model", "xl", "--config", "/nonexistent/config.json"},
-                            kNoGpu),
-        kUsageError, "--model: a GPT-2 size with random weights; --config names the model itself");
-    expect_one_line(
-        run_chapter_process(chapter, {"--weights", "/nonexistent/gpt2", "--model", "medium"},
-                            kNoGpu),
-        kUsageError, "--weights names the model itself");
+    expect_one_line(run_chapter_process(
+                        chapter, {"--model", "xl", "--config", "/nonexistent/config.json"}, kNoGpu),
+                    kUsageError,
+                    "--model: a GPT-2 size with random weights; --config names the model itself");
+    expect_one_line(run_chapter_process(
+                        chapter, {"--weights", "/nonexistent/gpt2", "--model", "medium"}, kNoGpu),
+                    kUsageError, "--weights names the model itself");
   }
 }
 
-TEST_CASE("every GPU chapter accepts GPT-2's four sizes up to the device query",
-          "[cli][sizes]") {
+TEST_CASE("every GPU chapter accepts GPT-2's four sizes up to the device query", "[cli][sizes]") {
   const std::vector<std::string> chapters = ladder::testing::gpu_chapter_names();
   REQUIRE_FALSE(chapters.empty());
   for (const std::string& chapter : chapters) {
@@ -77,10 +74,10 @@ TEST_CASE("--model's context is GPT-2's 1024 positions", "[cli][sizes]") {
   // the workload against it (and before it makes a weight).
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
-    expect_one_line(run_chapter_process(chapter,
-                                        {"--model", "large", "--random-prompt-length", "1000",
-                                         "--new-tokens", "25"},
-                                        kNoGpu),
-                    kUsageError, "exceeds the model's 1024 positions");
+    expect_one_line(
+        run_chapter_process(
+            chapter, {"--model", "large", "--random-prompt-length", "1000", "--new-tokens", "25"},
+            kNoGpu),
+        kUsageError, "exceeds the model's 1024 positions");
   }
 }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/bfloat16_device_model.hpp"
 #include "common/benchmark.hpp"
+#include "common/bfloat16_device_model.hpp"
 #include "common/cli.hpp"
 #include "common/config.hpp"
 #include "common/weights.hpp"
@@ -234,9 +234,9 @@ TEST_CASE("Gpt2Config::named gives GPT-2's four published sizes", "[config][size
 TEST_CASE("Gpt2Config::named refuses any other name, listing the four", "[config][sizes]") {
   for (const char* name : {"", "gpt2-xl", "XL", "tiny"}) {
     INFO("'" << name << "'");
-    REQUIRE_THROWS_WITH(ladder::Gpt2Config::named(name),
-                        Contains("is not a GPT-2 size") &&
-                            Contains("choose one of small, medium, large, xl"));
+    REQUIRE_THROWS_WITH(
+        ladder::Gpt2Config::named(name),
+        Contains("is not a GPT-2 size") && Contains("choose one of small, medium, large, xl"));
   }
 }
 
@@ -272,9 +272,9 @@ TEST_CASE("the HBM floor of a GPT-2 size counts that size's weights and cache",
     INFO(name);
     const ladder::Gpt2Config config = ladder::Gpt2Config::named(name);
     const double C = config.n_embd;
-    const double expected_values =
-        static_cast<double>(config.parameter_count()) - config.n_positions * C  // weights
-        + 2.0 * config.n_layer * 1 * 1 * C;                                     // K and V
+    const double weights = static_cast<double>(config.parameter_count()) - config.n_positions * C;
+    const double keys_and_values = 2.0 * config.n_layer * C;  // one position, B = 1
+    const double expected_values = weights + keys_and_values;
     const double logits = config.vocab_size * 4.0;
     CHECK(ladder::floor_bytes(config, 1, 1, 1, 4) == Approx(expected_values * 4 + logits));
     CHECK(ladder::floor_bytes(config, 1, 1, 1, 2) == Approx(expected_values * 2 + logits));

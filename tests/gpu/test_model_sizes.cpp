@@ -30,7 +30,7 @@ namespace {
 namespace reference = ladder::reference;
 using ladder::testing::TokenRows;
 
-constexpr double kFp32LogitsTolerance = 1e-4;   // test_chapters.cpp's kLogitsTolerance
+constexpr double kFp32LogitsTolerance = 1e-4;    // test_chapters.cpp's kLogitsTolerance
 constexpr double kBfloatLogitsTolerance = 2e-2;  // its kGpt2SmallBfloatLogitsTolerance
 constexpr int kBatch = 2;
 constexpr int kPromptLength = 3;
@@ -102,10 +102,12 @@ void check_size(const std::string& model) {
   const std::string directory = ladder::testing::make_temporary_directory("ladder-sizes");
   ladder::testing::write_rows(directory + "/prompts.txt", prompts);
   ladder::testing::write_rows(directory + "/forced.txt", forced);
-  const std::vector<std::string> arguments = {
-      "--model",      model,        "--prompt-file",        directory + "/prompts.txt",
-      "--force-tokens", directory + "/forced.txt", "--batch", std::to_string(kBatch),
-      "--new-tokens", std::to_string(kSteps), "--eos", std::to_string(eos)};
+  const std::vector<std::string> arguments = {"--model",        model,
+                                              "--prompt-file",  directory + "/prompts.txt",
+                                              "--force-tokens", directory + "/forced.txt",
+                                              "--batch",        std::to_string(kBatch),
+                                              "--new-tokens",   std::to_string(kSteps),
+                                              "--eos",          std::to_string(eos)};
 
   {
     const reference::Model fp32(weights, reference::Precision::fp32);
@@ -123,14 +125,16 @@ void check_size(const std::string& model) {
 
 }  // namespace
 
-TEST_CASE("GPT-2 medium, teacher-forced: 09 within 1e-4 of the reference, 10 and 11 within 2e-2 "
-          "of its bf16 mode",
-          "[sizes]") {
+TEST_CASE(
+    "GPT-2 medium, teacher-forced: 09 within 1e-4 of the reference, 10 and 11 within 2e-2 "
+    "of its bf16 mode",
+    "[sizes]") {
   check_size("medium");
 }
 
-TEST_CASE("GPT-2 XL, teacher-forced: 09 within 1e-4 of the reference, 10 and 11 within 2e-2 "
-          "of its bf16 mode",
-          "[sizes]") {
+TEST_CASE(
+    "GPT-2 XL, teacher-forced: 09 within 1e-4 of the reference, 10 and 11 within 2e-2 "
+    "of its bf16 mode",
+    "[sizes]") {
   check_size("xl");
 }
