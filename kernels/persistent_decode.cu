@@ -125,34 +125,39 @@ __device__ bool spin_until(const PersistentDecodeLaunch& a, int counter, std::ui
   }
 }
 
-/// Every thread: waits for every counter `instruction` names at step `step` (thread 0
-/// spins, the block meets after). Sets `stopping` when the kernel is stopping.
+/// Every thread: waits for every counter `instruction` names at step `step`. The first
+/// warp's lanes take one wait each (a LayerNorm row waits for a dozen tiles: one round
+/// trip to memory for all of them, not a dozen in a row), then the block meets. Sets
+/// `stopping` when the kernel is stopping.
 __device__ __forceinline__ void wait_for_counters(const PersistentDecodeLaunch& a,
                                                   const PersistentInstruction& instruction,
                                                   int index, int step, int& stopping) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < kWarpSize) {
     bool ok = true;
-    for (int w = 0; w < instruction.wait_count && ok; ++w) {
+    for (int w = static_cast<int>(threadIdx.x); w < instruction.wait_count; w += kWarpSize) {
       const CounterWait wait = a.schedule.waits[instruction.first_wait + w];
       const int steps_done = step + 1 + wait.step_offset;
       if (steps_done <= 0) continue;
-      ok = spin_until(a, wait.counter,
-                      static_cast<std::uint32_t>(wait.per_step) * static_cast<std::uint32_t>(steps_done),
-                      index, step);
+      ok = ok && spin_until(a, wait.counter,
+                            static_cast<std::uint32_t>(wait.per_step) *
+                                static_cast<std::uint32_t>(steps_done),
+                            index, step);
     }
-    if (!ok) stopping = 1;
+    if (!__all_sync(kFullWarpMask, ok) && threadIdx.x == 0) stopping = 1;
   }
   __syncthreads();
 }
 
 /// Every thread: this instruction's outputs are written; one thread adds 1 to its
 /// counter, after a fence that orders the whole block's writes (seen through the
-/// barrier) before the count.
+/// barrier) before the count: fence.acq_rel and a relaxed add, the release pattern of
+/// the PTX memory model (lighter than __threadfence's sequentially consistent fence).
 __device__ __forceinline__ void signal(const PersistentDecodeLaunch& a, int counter) {
   __syncthreads();
   if (threadIdx.x == 0 && counter >= 0) {
-    __threadfence();
-    atomicAdd(a.schedule.counters + counter, 1u);
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;\n" ::"l"(a.schedule.counters + counter)
+                 : "memory");
   }
 }
 
@@ -225,7 +230,7 @@ __device__ __forceinline__ void attention_barrier() {
 // Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
-// Promises: LDG.E.128 HMMA.16816.F32.BF16 ATOMG.E.ADD.STRONG.GPU NANOSLEEP
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     persistent_decode_kernel(const KernelArguments arguments) {
@@ -257,9 +262,18 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     __syncthreads();
     if (stopping != 0 || another_step == 0) return;
 
+    // The next instruction is read while this one runs: two dependent loads fewer on a
+    // block's path from one instruction to the next.
+    int next_index = first < end ? a.schedule.block_instructions[first] : 0;
+    PersistentInstruction next_instruction{};
+    if (first < end) next_instruction = a.schedule.instructions[next_index];
     for (int k = first; k < end; ++k) {
-      const int index = a.schedule.block_instructions[k];
-      const PersistentInstruction instruction = a.schedule.instructions[index];
+      const int index = next_index;
+      const PersistentInstruction instruction = next_instruction;
+      if (k + 1 < end) {
+        next_index = a.schedule.block_instructions[k + 1];
+        next_instruction = a.schedule.instructions[next_index];
+      }
       const auto wait = [&] { wait_for_counters(a, instruction, index, e, stopping); };
       switch (static_cast<PersistentOp>(instruction.op)) {
         case PersistentOp::kEmbedding:
