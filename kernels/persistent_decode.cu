@@ -238,8 +238,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   __shared__ float4 product_storage[decode_bf16::kKGroups * kRows * decode_common::kTileStride / 4];
   __shared__ AttentionShared attention_shared;
   __shared__ Candidate warp_winners[kWarps];
-  __shared__ int stopping;
-  __shared__ int another_step;
+  __shared__ int stopping;  // set once, by thread 0, when the kernel is stopping
   float* product_shared = reinterpret_cast<float*>(product_storage);
   const int first = a.schedule.block_first[blockIdx.x];
   const int end = a.schedule.block_first[blockIdx.x + 1];
@@ -250,17 +249,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     const int step = a.first_step + e;
     const int position = a.first_position + e;
     // The step's start: the decision of the step before (of the prefill, for the first).
-    if (threadIdx.x == 0) {
-      if (e == 0) {
-        another_step = a.state.all_finished[0] == 0 && step < a.state.max_steps;
-      } else if (spin_until(a, a.schedule.stop_counter, static_cast<std::uint32_t>(e), -1, e)) {
-        another_step = *reinterpret_cast<const volatile std::int32_t*>(a.decisions + e - 1);
-      } else {
-        stopping = 1;
-      }
-    }
+    // Thread 0 waits for the stop instruction; after the barrier every thread reads the
+    // decision itself (ordered after thread 0's acquire by the barrier).
+    if (threadIdx.x == 0 && e > 0 &&
+        !spin_until(a, a.schedule.stop_counter, static_cast<std::uint32_t>(e), -1, e))
+      stopping = 1;
     __syncthreads();
-    if (stopping != 0 || another_step == 0) return;
+    if (stopping != 0) return;
+    const bool another_step =
+        e == 0 ? a.state.all_finished[0] == 0 && step < a.state.max_steps
+               : *reinterpret_cast<const volatile std::int32_t*>(a.decisions + e - 1) != 0;
+    if (!another_step) return;
 
     // The next instruction is read while this one runs: two dependent loads fewer on a
     // block's path from one instruction to the next.
@@ -332,8 +331,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       if (stopping != 0) return;  // the same for the whole block: set before a barrier
       signal(a, instruction.signal);
     }
-    // Every thread has read this step's `another_step` before thread 0 writes the next.
-    __syncthreads();
   }
 }
 
