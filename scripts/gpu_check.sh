@@ -371,6 +371,8 @@ if wants persistent; then
       cat "$out/persistent/$chapter.${workload##*:}.txt"
     done
   done
+  python3 scripts/side_by_side.py "$out/persistent" 10_mixed_precision 11_persistent_kernel \
+    > "$out/persistent/side_by_side.md" && cat "$out/persistent/side_by_side.md"
 fi
 
 if wants micro; then
