@@ -102,6 +102,13 @@ ServingOptions parse_serving_options(int argc, const char* const* argv) {
       options.weights_directory = text_after(argc, argv, i);
     } else if (flag == "--config") {
       options.config_file = text_after(argc, argv, i);
+    } else if (flag == "--model") {
+      options.model_name = text_after(argc, argv, i);
+      try {
+        Gpt2Config::named(options.model_name);
+      } catch (const std::invalid_argument& error) {
+        throw std::invalid_argument(flag + ": " + error.what());
+      }
     } else if (flag == "--seed") {
       options.seed = static_cast<std::uint64_t>(number_after_flag(argc, argv, i, 0, 9e15, true));
     } else if (flag == "--eos") {
@@ -121,6 +128,11 @@ ServingOptions parse_serving_options(int argc, const char* const* argv) {
   }
   if (!options.weights_directory.empty() && !options.config_file.empty())
     throw std::invalid_argument("--weights and --config: give one of them");
+  if (!options.model_name.empty() &&
+      (!options.weights_directory.empty() || !options.config_file.empty()))
+    throw std::invalid_argument(std::string("--model: a GPT-2 size with random weights; ") +
+                                (options.config_file.empty() ? "--weights" : "--config") +
+                                " names the model itself: give one of the two");
   return options;
 }
 
@@ -142,6 +154,8 @@ slot count, and prints (and writes, --json) output tokens/s, GPU idle, latency p
                         device's free memory)
   --weights DIR         a Hugging Face GPT-2 directory (default: random GPT-2 small)
   --config FILE         random weights for this config.json
+  --model NAME          random weights of GPT-2 small, medium, large or xl (--model,
+                        --config and --weights: one at most)
   --seed X              seed of the random weights (default 0)
   --eos ID              a request stops after producing this id (default: the config's)
   --tf32                TF32 tensor cores in the products (an fp32 step only)
@@ -184,6 +198,8 @@ ServingPlan make_serving_plan(const ServingOptions& options, int value_bytes) {
     plan.config = plan.checkpoint->config;
   } else if (!options.config_file.empty()) {
     plan.config = Gpt2Config::from_json_file(options.config_file);
+  } else if (!options.model_name.empty()) {
+    plan.config = Gpt2Config::named(options.model_name);
   }
   plan.config.validate();
   const Gpt2Config& config = plan.config;

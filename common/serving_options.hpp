@@ -32,6 +32,7 @@ struct ServingOptions {
   std::optional<double> kv_cache_budget_gib;
   std::string weights_directory;
   std::string config_file;
+  std::string model_name;  ///< --model: GPT-2 small, medium, large or xl, random weights
   std::uint64_t seed = 0;  ///< of the random weights
   std::optional<int> eos_token_id;
   bool allow_tf32 = false;

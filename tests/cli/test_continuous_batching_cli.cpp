@@ -151,3 +151,14 @@ TEST_CASE("chapter 12 refuses arrivals a replay would wait years for", "[cli][ba
   write_file(directory + "/hour.txt", "decode-ladder trace 1\n3600001 5 1 2\n");
   expect_refusal({"--trace", directory + "/hour.txt"}, 1, "hour.txt:2");
 }
+
+TEST_CASE("chapter 12 takes --model, and refuses it beside --config or --weights",
+          "[cli][batching][sizes]") {
+  expect_refusal({"--model", "huge"}, 2, "--model");
+  expect_refusal({"--model", "medium", "--weights", test_data_path("golden_model")}, 2,
+                 "give one of the two");
+  // A size it takes gets as far as asking for the GPU (none here: exit 3), or runs.
+  const auto result = run_chapter_process(kChapter, {"--model", "medium", "--requests", "2"});
+  INFO("printed: " << result.output);
+  CHECK((result.exit_code == 0 || result.exit_code == 3));
+}

@@ -32,7 +32,7 @@ void expect_one_line(const ladder::testing::ProcessResult& result, int exit_code
 
 }  // namespace
 
-TEST_CASE("--model refuses a name outside GPT-2's four sizes in one line", "[cli][sizes]") {
+TEST_CASE("the --model flag refuses a name outside GPT-2's four sizes in one line", "[cli][sizes]") {
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
     expect_one_line(run_chapter_process(chapter, {"--model", "gpt2-xxl"}, kNoGpu), kUsageError,
@@ -41,7 +41,7 @@ TEST_CASE("--model refuses a name outside GPT-2's four sizes in one line", "[cli
   }
 }
 
-TEST_CASE("--model with --config or --weights is refused before either is read", "[cli][sizes]") {
+TEST_CASE("the --model flag with --config or --weights is refused before either is read", "[cli][sizes]") {
   // Neither path exists: the refusal comes from the command line alone.
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
@@ -69,7 +69,7 @@ TEST_CASE("every GPU chapter accepts GPT-2's four sizes up to the device query",
   }
 }
 
-TEST_CASE("--model's context is GPT-2's 1024 positions", "[cli][sizes]") {
+TEST_CASE("the --model flag's context is GPT-2's 1024 positions", "[cli][sizes]") {
   // Every chapter, the host prologue included, reads the size's config before it checks
   // the workload against it (and before it makes a weight).
   for (const std::string& chapter : ladder::testing::chapter_names()) {
