@@ -135,6 +135,10 @@ class Report:
         number = self.chapter.split("_", 1)[0]
         return f"{number} {self.title}"
 
+    def main_sizes_at(self, layout):
+        """This report's configurations at the main table's batch."""
+        return [key for key in self.rows if key[0] == layout.batch]
+
     def order(self):
         precision = (PRECISION_ORDER.index(self.precision) if self.precision in PRECISION_ORDER
                      else len(PRECISION_ORDER), self.precision)
@@ -611,8 +615,45 @@ def compact_table(reports, layout, token_counts, comparisons, reference_name) ->
     return lines
 
 
+def headline(ladder, pytorch, layout) -> list:
+    """The README's first sentence on speed: at B = layout.batch and the smallest N, for each
+    precision the ladder ran, its last rung against the fastest PyTorch row of the same
+    precision, batch and N in the same run; said plainly where the run has no such row."""
+    sentences = []
+    for precision in [p for p in PRECISION_ORDER if any(r.precision == p for r in ladder)]:
+        rungs = [r for r in ladder if r.precision == precision and r.chapter[:2].isdigit()
+                 and r.main_sizes_at(layout)]
+        if not rungs:
+            continue
+        last = max(rungs, key=lambda r: r.chapter)
+        key = min(last.main_sizes_at(layout), key=lambda k: k[1])
+        mine = last.rows[key]["ms_per_step"]
+        rivals = [(r.rows[key]["ms_per_step"], r) for r in pytorch
+                  if r.precision == precision and key in r.rows]
+        where = f"{precision}, B = {key[0]}, N = {key[1]}"
+        if not rivals:
+            sentences.append(f"{last.label} ({where}): {mine:.3f} ms a step; this run has no "
+                             f"PyTorch row at that precision, batch and N to set beside it.")
+            continue
+        best, rival = min(rivals, key=lambda pair: pair[0])
+        sentences.append(f"{last.label} ({where}): {mine:.3f} ms a step against {best:.3f} ms "
+                         f"for the fastest PyTorch variant of the same run ({rival.label}), "
+                         f"{best / mine:.2f}x.")
+    return sentences
+
+
 def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
     lines = [generated_note(results_name), "", run_line(run, ladder + pytorch, results_name), ""]
+    lead = headline(ladder, pytorch, layout)
+    if lead:
+        lines += ["The last rung against what a PyTorch user would run, same run, same GPU:", ""]
+        lines += [f"- {sentence}" for sentence in lead] + [""]
+        compiled = {"pytorch_hf_static_compiled", "pytorch_static_step_compiled"}
+        if not any(report.chapter in compiled for report in pytorch):
+            lines += ["This run has none of the PyTorch variants compiled with CUDA graphs "
+                      "(`scripts/pytorch_baseline.py`'s `hf_static_compiled` and "
+                      "`static_step_compiled`): the fastest row above still pays Python and a "
+                      "launch per kernel every step.", ""]
     token_counts = sorted({key[1] for report in ladder + pytorch for key in layout.main_sizes(report)})
     if token_counts:
         lines += [f"Median time of a whole generation at B = {layout.batch} (BOS prompts, GPT-2 "
