@@ -16,11 +16,16 @@ constexpr int kMaxBatch = 64;     // the decode matmuls' row limit
 
 std::string product_name(PersistentProduct product) {
   switch (product) {
-    case PersistentProduct::kQkv: return "qkv product";
-    case PersistentProduct::kAttentionProjection: return "attention projection";
-    case PersistentProduct::kMlpExpand: return "MLP expansion (c_fc)";
-    case PersistentProduct::kMlpProjection: return "MLP projection";
-    case PersistentProduct::kLmHead: return "LM head";
+    case PersistentProduct::kQkv:
+      return "qkv product";
+    case PersistentProduct::kAttentionProjection:
+      return "attention projection";
+    case PersistentProduct::kMlpExpand:
+      return "MLP expansion (c_fc)";
+    case PersistentProduct::kMlpProjection:
+      return "MLP projection";
+    case PersistentProduct::kLmHead:
+      return "LM head";
   }
   return "product";
 }
@@ -102,11 +107,16 @@ void check_tiling(const PersistentShape& shape, PersistentProduct product) {
 
 ProductSize persistent_product_size(PersistentProduct product, int C, int V) {
   switch (product) {
-    case PersistentProduct::kQkv: return {C, 3 * C};
-    case PersistentProduct::kAttentionProjection: return {C, C};
-    case PersistentProduct::kMlpExpand: return {C, 4 * C};
-    case PersistentProduct::kMlpProjection: return {4 * C, C};
-    case PersistentProduct::kLmHead: return {C, V};
+    case PersistentProduct::kQkv:
+      return {C, 3 * C};
+    case PersistentProduct::kAttentionProjection:
+      return {C, C};
+    case PersistentProduct::kMlpExpand:
+      return {C, 4 * C};
+    case PersistentProduct::kMlpProjection:
+      return {4 * C, C};
+    case PersistentProduct::kLmHead:
+      return {C, V};
   }
   return {};
 }
@@ -121,7 +131,8 @@ PersistentSchedule build_persistent_schedule(const PersistentShape& shape) {
   require(shape.n_embd % kTileColumns == 0,
           "n_embd must be a multiple of 64 (a chunk of K is one 64-column tile)");
   require(shape.blocks >= 1, "the grid must hold at least one block");
-  for (int p = 0; p < kPersistentProducts; ++p) check_tiling(shape, static_cast<PersistentProduct>(p));
+  for (int p = 0; p < kPersistentProducts; ++p)
+    check_tiling(shape, static_cast<PersistentProduct>(p));
 
   PersistentSchedule schedule;
   schedule.shape = shape;
@@ -201,7 +212,8 @@ PersistentSchedule build_persistent_schedule(const PersistentShape& shape) {
           std::vector<CounterWait> waits;
           const int first_head = first * kTileColumns / D;
           const int last_head = std::min(H - 1, (end * kTileColumns - 1) / D);
-          for (int h = first_head; h <= last_head; ++h) waits.push_back(writer.same_step(heads + h));
+          for (int h = first_head; h <= last_head; ++h)
+            waits.push_back(writer.same_step(heads + h));
           return waits;
         });
     const int second_norm = writer.counter(B);
@@ -215,7 +227,8 @@ PersistentSchedule build_persistent_schedule(const PersistentShape& shape) {
     previous_tiles = add_product(PersistentProduct::kMlpProjection, layer, [&](int split) {
       const auto [first, end] = chunks_of(mlp_projection, split);
       std::vector<CounterWait> waits;
-      for (int tile = first; tile < end; ++tile) waits.push_back(writer.same_step(expand_tiles + tile));
+      for (int tile = first; tile < end; ++tile)
+        waits.push_back(writer.same_step(expand_tiles + tile));
       return waits;
     });
   }
@@ -245,7 +258,8 @@ PersistentSchedule build_persistent_schedule(const PersistentShape& shape) {
   schedule.block_instructions.resize(static_cast<std::size_t>(count));
   std::vector<std::int32_t> next(schedule.block_first.begin(), schedule.block_first.end() - 1);
   for (int i = 0; i < count; ++i)
-    schedule.block_instructions[static_cast<std::size_t>(next[static_cast<std::size_t>(i % blocks)]++)] = i;
+    schedule.block_instructions[static_cast<std::size_t>(
+        next[static_cast<std::size_t>(i % blocks)]++)] = i;
   return schedule;
 }
 

@@ -85,10 +85,10 @@ struct ProductTiling {
 /// Everything the schedule depends on.
 struct PersistentShape {
   int n_layer = 0;
-  int n_embd = 0;  ///< C
-  int n_head = 0;  ///< H
+  int n_embd = 0;      ///< C
+  int n_head = 0;      ///< H
   int vocab_size = 0;  ///< V
-  int batch = 0;   ///< B, 1..64
+  int batch = 0;       ///< B, 1..64
   ProductTiling products[kPersistentProducts];
   int blocks = 0;  ///< resident blocks of the kernel: the grid
 };
@@ -110,7 +110,7 @@ struct PersistentInstruction {
   std::int32_t unit = 0;        ///< see PersistentOp
   std::int32_t first_wait = 0;  ///< its waits: waits[first_wait .. first_wait + wait_count)
   std::int32_t wait_count = 0;
-  std::int32_t signal = -1;     ///< the counter it adds 1 to when done
+  std::int32_t signal = -1;  ///< the counter it adds 1 to when done
 };
 
 struct PersistentSchedule {

@@ -27,7 +27,8 @@ PersistentScheduleOnDevice::PersistentScheduleOnDevice(PersistentSchedule schedu
   const std::size_t first_bytes = aligned_bytes<std::int32_t>(s.block_first.size());
   const std::size_t list_bytes = aligned_bytes<std::int32_t>(s.block_instructions.size());
   const std::size_t counter_bytes = aligned_bytes<std::uint32_t>(s.counter_arrivals.size());
-  const std::size_t total = instruction_bytes + wait_bytes + first_bytes + list_bytes + counter_bytes;
+  const std::size_t total =
+      instruction_bytes + wait_bytes + first_bytes + list_bytes + counter_bytes;
   const cudaError_t status = cudaMalloc(&memory_, total);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -45,10 +46,12 @@ PersistentScheduleOnDevice::PersistentScheduleOnDevice(PersistentSchedule schedu
     at += padded;
     return static_cast<unsigned char*>(memory_) + offset;
   };
-  auto* device_instructions = put(s.instructions.data(),
-                                  s.instructions.size() * sizeof(PersistentInstruction), instruction_bytes);
+  auto* device_instructions =
+      put(s.instructions.data(), s.instructions.size() * sizeof(PersistentInstruction),
+          instruction_bytes);
   auto* device_waits = put(s.waits.data(), s.waits.size() * sizeof(CounterWait), wait_bytes);
-  auto* device_first = put(s.block_first.data(), s.block_first.size() * sizeof(std::int32_t), first_bytes);
+  auto* device_first =
+      put(s.block_first.data(), s.block_first.size() * sizeof(std::int32_t), first_bytes);
   auto* device_list = put(s.block_instructions.data(),
                           s.block_instructions.size() * sizeof(std::int32_t), list_bytes);
   // Complete before the constructor returns: the kernel reads it on a non-blocking stream.

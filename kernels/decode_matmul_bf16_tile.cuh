@@ -91,8 +91,7 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
 // aligned); `wait_for_inputs()` is called once the block's first weight chunks are in
 // flight and before x, the residual stream or the workspace is touched (a kernel
 // boundary's wait, or the persistent kernel's wait on counters). Every thread calls it.
-template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out,
-          typename Wait>
+template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out, typename Wait>
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
                                                   const Wait& wait_for_inputs) {

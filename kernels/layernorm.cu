@@ -17,8 +17,8 @@
 #include "common/cuda_check.hpp"
 #include "kernels/bfloat16_packs.cuh"
 #include "kernels/device_primitives.cuh"
-#include "kernels/layernorm_row.cuh"
 #include "kernels/launch_checks.hpp"
+#include "kernels/layernorm_row.cuh"
 #include "kernels/programmatic_launch.cuh"
 
 namespace ladder {

@@ -43,7 +43,7 @@ static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of th
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
 
 constexpr int kLayerProducts = kPersistentProducts - 1;  // every product but the LM head
-constexpr int kMaxLayers = 48;  // GPT-2 XL
+constexpr int kMaxLayers = 48;                           // GPT-2 XL
 
 /// The kernel's arguments: the launch's description, and every product's kernel
 /// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
@@ -55,12 +55,12 @@ struct NormWeights {
 };
 
 struct KernelArguments {
-  PersistentDecodeLaunch launch;  ///< its `layers` (host memory) cleared
+  PersistentDecodeLaunch launch;     ///< its `layers` (host memory) cleared
   NormWeights norms[kMaxLayers][2];  ///< ln_1, ln_2 of every layer
   ProductArguments layer_products[kMaxLayers][kLayerProducts];
-  LmHeadArguments lm_head;           ///< without logits
+  LmHeadArguments lm_head;          ///< without logits
   const LmHeadArguments* lm_heads;  ///< with logits kept: one per step, in device memory
-  int lm_head_candidates;  ///< the LM head's column tiles: candidates per row
+  int lm_head_candidates;           ///< the LM head's column tiles: candidates per row
 };
 
 // ---------------------------------------------------------------- counters
@@ -187,9 +187,8 @@ __device__ __forceinline__ void embed_row(const PersistentDecodeLaunch& a, int b
 __device__ __forceinline__ void argmax_row(const PersistentDecodeLaunch& a, int b, int step,
                                            int candidates, Candidate* warp_winners) {
   const std::size_t offset = static_cast<std::size_t>(b) * candidates;
-  const Candidate best = block_argmax<kThreads>(a.candidate_values + offset,
-                                                a.candidate_indices + offset, candidates,
-                                                warp_winners);
+  const Candidate best = block_argmax<kThreads>(
+      a.candidate_values + offset, a.candidate_indices + offset, candidates, warp_winners);
   if (threadIdx.x == 0) {
     const GreedyState& state = a.state;
     const std::size_t column = static_cast<std::size_t>(b) * state.max_steps + step;
@@ -301,7 +300,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
                                                         instruction.unit % p.column_tiles,
                                                         product_shared, wait);
           } else {
-            const ProductArguments& p = arguments.layer_products[instruction.layer][instruction.which];
+            const ProductArguments& p =
+                arguments.layer_products[instruction.layer][instruction.which];
             decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
                                                         instruction.unit % p.column_tiles,
                                                         product_shared, wait);
@@ -312,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
           wait();
           const int b = instruction.unit / a.H;
           const int h = instruction.unit % a.H;
-          const std::size_t layer_offset = static_cast<std::size_t>(instruction.layer) * a.layer_elements;
+          const std::size_t layer_offset =
+              static_cast<std::size_t>(instruction.layer) * a.layer_elements;
           if (threadIdx.x < kAttentionThreads)
             attend_head_bf16(b, h, position, a.qkv, a.keys + layer_offset, a.values + layer_offset,
                              a.capacity, a.attended, a.H, a.C, static_cast<int>(threadIdx.x),
@@ -345,9 +346,12 @@ int row_tile_of(int B) { return B <= 16 ? 16 : B <= 32 ? 32 : 64; }
 
 void* kernel_for(int B) {
   switch (row_tile_of(B)) {
-    case 16: return kernel_address<16>();
-    case 32: return kernel_address<32>();
-    default: return kernel_address<64>();
+    case 16:
+      return kernel_address<16>();
+    case 32:
+      return kernel_address<32>();
+    default:
+      return kernel_address<64>();
   }
 }
 
@@ -363,12 +367,13 @@ decode_bf16::DecodeMatmulBf16Arguments<Out> product_template(const char* launche
   const DecodeMatmulPlan& plan = product.plan;
   launch_checks::require(plan.row_tile == row_tile_of(B), launcher,
                          "a product's plan must have the row tile of the batch (16, 32 or 64)");
-  launch_checks::require(plan.column_tiles == (N + kDecodeTileColumns - 1) / kDecodeTileColumns &&
-                             plan.chunks == (K + decode_bf16::kChunkRows - 1) / decode_bf16::kChunkRows,
-                         launcher, "a product's plan must cover its K and N");
+  launch_checks::require(
+      plan.column_tiles == (N + kDecodeTileColumns - 1) / kDecodeTileColumns &&
+          plan.chunks == (K + decode_bf16::kChunkRows - 1) / decode_bf16::kChunkRows,
+      launcher, "a product's plan must cover its K and N");
   if (plan.splits > 1)
-    launch_checks::require(product.partials != nullptr && product.tile_counters != nullptr, launcher,
-                           "a split product needs its workspace");
+    launch_checks::require(product.partials != nullptr && product.tile_counters != nullptr,
+                           launcher, "a split product needs its workspace");
   decode_bf16::DecodeMatmulBf16Arguments<Out> a{};
   a.x = x;
   a.out = out;
@@ -409,8 +414,12 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   launch_checks::require_at_most(kName, "n_layer", a.n_layer, kMaxLayers,
                                  "the products' arguments are a kernel parameter of 48 layers "
                                  "at most (GPT-2 XL)");
-  launch_checks::require_positive(kName, {{"B", a.B}, {"C", a.C}, {"H", a.H}, {"V", a.V},
-                                          {"n_layer", a.n_layer}, {"capacity", a.capacity},
+  launch_checks::require_positive(kName, {{"B", a.B},
+                                          {"C", a.C},
+                                          {"H", a.H},
+                                          {"V", a.V},
+                                          {"n_layer", a.n_layer},
+                                          {"capacity", a.capacity},
                                           {"blocks", a.schedule.blocks}});
   launch_checks::require_at_most(kName, "B", a.B, kDecodeMaxRows,
                                  "one kernel holds at most 64 rows (the decode matmuls' limit)");
@@ -422,27 +431,39 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
                                    kBfloatPack);
   launch_checks::require_at_most(kName, "the head size D = C / H", a.C / a.H, kMaxHeadDim,
                                  "one attention thread per head dimension");
-  launch_checks::require_not_null(
-      kName, {{"instructions", a.schedule.instructions}, {"waits", a.schedule.waits},
-              {"block_first", a.schedule.block_first},
-              {"block_instructions", a.schedule.block_instructions},
-              {"counters", a.schedule.counters}, {"layers", a.layers},
-              {"token_embedding", a.token_embedding}, {"position_embedding", a.position_embedding},
-              {"ln_f_weight", a.ln_f_weight}, {"ln_f_bias", a.ln_f_bias},
-              {"lm_head_weight", a.lm_head_weight}, {"hidden", a.hidden}, {"normed", a.normed},
-              {"qkv", a.qkv}, {"attended", a.attended}, {"expanded", a.expanded},
-              {"keys", a.keys}, {"values", a.values}, {"candidate_values", a.candidate_values},
-              {"candidate_indices", a.candidate_indices}, {"next_tokens", a.next_tokens},
-              {"finished", a.state.finished}, {"all_finished", a.state.all_finished},
-              {"output_tokens", a.state.output_tokens}, {"cursor", a.cursor},
-              {"decisions", a.decisions}, {"fault", a.fault}});
-  for (const void* pointer : {static_cast<const void*>(a.hidden), static_cast<const void*>(a.normed),
-                              static_cast<const void*>(a.qkv), static_cast<const void*>(a.attended),
-                              static_cast<const void*>(a.expanded), static_cast<const void*>(a.keys),
-                              static_cast<const void*>(a.values),
-                              static_cast<const void*>(a.token_embedding),
-                              static_cast<const void*>(a.position_embedding),
-                              static_cast<const void*>(a.lm_head_weight)})
+  launch_checks::require_not_null(kName, {{"instructions", a.schedule.instructions},
+                                          {"waits", a.schedule.waits},
+                                          {"block_first", a.schedule.block_first},
+                                          {"block_instructions", a.schedule.block_instructions},
+                                          {"counters", a.schedule.counters},
+                                          {"layers", a.layers},
+                                          {"token_embedding", a.token_embedding},
+                                          {"position_embedding", a.position_embedding},
+                                          {"ln_f_weight", a.ln_f_weight},
+                                          {"ln_f_bias", a.ln_f_bias},
+                                          {"lm_head_weight", a.lm_head_weight},
+                                          {"hidden", a.hidden},
+                                          {"normed", a.normed},
+                                          {"qkv", a.qkv},
+                                          {"attended", a.attended},
+                                          {"expanded", a.expanded},
+                                          {"keys", a.keys},
+                                          {"values", a.values},
+                                          {"candidate_values", a.candidate_values},
+                                          {"candidate_indices", a.candidate_indices},
+                                          {"next_tokens", a.next_tokens},
+                                          {"finished", a.state.finished},
+                                          {"all_finished", a.state.all_finished},
+                                          {"output_tokens", a.state.output_tokens},
+                                          {"cursor", a.cursor},
+                                          {"decisions", a.decisions},
+                                          {"fault", a.fault}});
+  for (const void* pointer :
+       {static_cast<const void*>(a.hidden), static_cast<const void*>(a.normed),
+        static_cast<const void*>(a.qkv), static_cast<const void*>(a.attended),
+        static_cast<const void*>(a.expanded), static_cast<const void*>(a.keys),
+        static_cast<const void*>(a.values), static_cast<const void*>(a.token_embedding),
+        static_cast<const void*>(a.position_embedding), static_cast<const void*>(a.lm_head_weight)})
     launch_checks::require(launch_checks::is_16_byte_aligned(pointer), kName,
                            "activations, the cache and the tables must be 16-byte aligned");
 
@@ -461,9 +482,9 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
                                                   a.qkv, a.B, C, 3 * C, DecodeEpilogue::kBias);
     qkv.weight = layer.qkv_weight;
     qkv.bias = layer.qkv_bias;
-    ProductArguments projection = product_template<bf16>(
-        kName, plan(PersistentProduct::kAttentionProjection), a.attended, a.hidden, a.B, C, C,
-        DecodeEpilogue::kBiasResidual);
+    ProductArguments projection =
+        product_template<bf16>(kName, plan(PersistentProduct::kAttentionProjection), a.attended,
+                               a.hidden, a.B, C, C, DecodeEpilogue::kBiasResidual);
     projection.weight = layer.attn_proj_weight;
     projection.bias = layer.attn_proj_bias;
     ProductArguments expand =
@@ -471,9 +492,9 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
                                a.B, C, 4 * C, DecodeEpilogue::kBiasGelu);
     expand.weight = layer.fc_weight;
     expand.bias = layer.fc_bias;
-    ProductArguments mlp_projection = product_template<bf16>(
-        kName, plan(PersistentProduct::kMlpProjection), a.expanded, a.hidden, a.B, 4 * C, C,
-        DecodeEpilogue::kBiasResidual);
+    ProductArguments mlp_projection =
+        product_template<bf16>(kName, plan(PersistentProduct::kMlpProjection), a.expanded, a.hidden,
+                               a.B, 4 * C, C, DecodeEpilogue::kBiasResidual);
     mlp_projection.weight = layer.mlp_proj_weight;
     mlp_projection.bias = layer.mlp_proj_bias;
     for (const ProductArguments& product : {qkv, projection, expand, mlp_projection})

@@ -106,15 +106,15 @@ struct PersistentDecodeLaunch {
   __nv_bfloat16* keys = nullptr;      ///< [n_layer, B, H, capacity, D]
   __nv_bfloat16* values = nullptr;    ///< [n_layer, B, H, capacity, D]
   int capacity = 0;
-  std::size_t layer_elements = 0;  ///< B * capacity * C
-  float* candidate_values = nullptr;            ///< [B, LM-head column tiles]
-  std::int32_t* candidate_indices = nullptr;    ///< [B, LM-head column tiles]
-  float* logits_history = nullptr;              ///< [max_steps, B, V], or null
+  std::size_t layer_elements = 0;             ///< B * capacity * C
+  float* candidate_values = nullptr;          ///< [B, LM-head column tiles]
+  std::int32_t* candidate_indices = nullptr;  ///< [B, LM-head column tiles]
+  float* logits_history = nullptr;            ///< [max_steps, B, V], or null
   PersistentProductPlan products[kPersistentProducts];
   // The greedy loop.
   std::int32_t* next_tokens = nullptr;  ///< [B]: the previous step's tokens, then this one's
   GreedyState state{};
-  DecodePosition* cursor = nullptr;  ///< advanced by every step's stop instruction
+  DecodePosition* cursor = nullptr;   ///< advanced by every step's stop instruction
   std::int32_t* decisions = nullptr;  ///< [max_steps]: after step e, another step (1) or not
   int first_step = 0;      ///< the decode step the kernel starts with (1: after the prefill)
   int first_position = 0;  ///< its cache position (T: the prompt filled 0 .. T - 1)
@@ -137,8 +137,8 @@ int persistent_decode_blocks_per_multiprocessor(int B);
 /// Launches the generation's decode steps on `stream` (cudaLaunchCooperativeKernel, grid
 /// launch.schedule.blocks). Throws std::invalid_argument on shapes the kernel does not
 /// run (B outside 1..64, more than 48 layers, C not a multiple of 64 or above 2048, head
-/// size not a multiple of 8 or above kMaxHeadDim, a plan whose row tile is not B's) and ladder::CudaError
-/// when the launch fails (a grid that cannot be resident at once included).
+/// size not a multiple of 8 or above kMaxHeadDim, a plan whose row tile is not B's) and
+/// ladder::CudaError when the launch fails (a grid that cannot be resident at once included).
 void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t stream);
 
 }  // namespace ladder

@@ -20,7 +20,8 @@
 //
 // Run:      build/native/chapters/11_persistent_kernel        (B = 32; N = 100, 200, 400)
 // Profile:  nsys profile --trace=cuda build/native/chapters/11_persistent_kernel --runs 1
-//           ncu --kernel-name regex:persistent --set full build/native/chapters/11_persistent_kernel
+//           ncu --kernel-name regex:persistent --set full
+//           build/native/chapters/11_persistent_kernel
 //               --new-tokens 8 --runs 1 --warmup 0
 // Fault injection (tests): LADDER_PERSISTENT_DROP_SIGNAL=I removes instruction I's signal,
 // so a consumer waits for ever; LADDER_PERSISTENT_WATCHDOG_MS (default 20000) bounds every
@@ -74,8 +75,8 @@ using ModelLayer = BfloatDeviceLayer;
 // every layer's in one block, allocated once.
 // In bf16, exact copies of the rounded qkv (R4).
 struct StaticKvCache {
-  TypedBuffer<Value> keys;          ///< [n_layer, B, H, capacity, D]
-  TypedBuffer<Value> values;        ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<Value> keys;         ///< [n_layer, B, H, capacity, D]
+  TypedBuffer<Value> values;       ///< [n_layer, B, H, capacity, D]
   int capacity = 0;                ///< T + N positions
   std::size_t layer_elements = 0;  ///< B * capacity * C: one layer's keys (or values)
 
@@ -120,8 +121,7 @@ class Gpt2Decoder final : public Decoder {
         watchdog_ns_(watchdog_from_environment()),
         // NEW in chapter 11: the layers' parameters, which the persistent kernel's launch
         // passes as one kernel parameter.
-        layers_(model_.layers()) {
-  }
+        layers_(model_.layers()) {}
 
   DeviceAllocator& allocator() override { return *allocator_; }
 
@@ -160,8 +160,8 @@ class Gpt2Decoder final : public Decoder {
     const PersistentWorkspaces workspaces = allocate_workspaces(B);
     const TypedBuffer<std::int32_t> decisions = allocate<std::int32_t>(max_new_tokens);
     const TypedBuffer<PersistentFault> fault = allocate<PersistentFault>(1);
-    const TypedBuffer<unsigned char> argument_tables = allocate<unsigned char>(
-        persistent_decode_table_bytes(max_new_tokens, logits.enabled()));
+    const TypedBuffer<unsigned char> argument_tables =
+        allocate<unsigned char>(persistent_decode_table_bytes(max_new_tokens, logits.enabled()));
     CUDA_CHECK(cudaMemsetAsync(fault, 0, sizeof(PersistentFault), stream));
 
     GenerationOutput output;
@@ -230,7 +230,8 @@ class Gpt2Decoder final : public Decoder {
     DecodePosition end{};
     CUDA_CHECK(cudaMemcpyAsync(&end, cursor, sizeof(end), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (recorded.raised != 0) throw std::runtime_error(describe_fault(schedule.schedule(), recorded));
+    if (recorded.raised != 0)
+      throw std::runtime_error(describe_fault(schedule.schedule(), recorded));
     const int steps = end.step;
     if (logits.enabled()) {
       for (int step = 0; step < steps; ++step)
@@ -264,8 +265,10 @@ class Gpt2Decoder final : public Decoder {
       char* end = nullptr;
       milliseconds = std::strtoll(text, &end, 10);
       if (*end != '\0' || milliseconds <= 0)
-        throw std::invalid_argument("LADDER_PERSISTENT_WATCHDOG_MS must be a positive number of "
-                                    "milliseconds, not '" + std::string(text) + "'");
+        throw std::invalid_argument(
+            "LADDER_PERSISTENT_WATCHDOG_MS must be a positive number of "
+            "milliseconds, not '" +
+            std::string(text) + "'");
     }
     return static_cast<unsigned long long>(milliseconds) * 1000000ull;
   }
@@ -290,12 +293,14 @@ class Gpt2Decoder final : public Decoder {
     shape.batch = B;
     for (int product = 0; product < kPersistentProducts; ++product) {
       const DecodeMatmulPlan plan = plan_of(B, static_cast<PersistentProduct>(product));
-      shape.products[product] = {plan.splits, plan.column_tiles, plan.chunks, plan.chunks_per_split};
+      shape.products[product] = {plan.splits, plan.column_tiles, plan.chunks,
+                                 plan.chunks_per_split};
     }
     shape.blocks = persistent_decode_blocks_per_multiprocessor(B) * multiprocessors;
     if (shape.blocks <= 0)
-      throw std::runtime_error("the persistent decode kernel does not fit on this GPU's "
-                               "multiprocessors (occupancy 0)");
+      throw std::runtime_error(
+          "the persistent decode kernel does not fit on this GPU's "
+          "multiprocessors (occupancy 0)");
     PersistentSchedule schedule = build_persistent_schedule(shape);
     // The fault injection of the watchdog's test: one instruction never signals.
     if (const char* text = std::getenv("LADDER_PERSISTENT_DROP_SIGNAL"); text && *text) {
@@ -312,8 +317,7 @@ class Gpt2Decoder final : public Decoder {
 
   // NEW in chapter 11: chapter 10's plan of `product` for B rows.
   DecodeMatmulPlan plan_of(int B, PersistentProduct product) {
-    const ProductSize size =
-        persistent_product_size(product, config_.n_embd, config_.vocab_size);
+    const ProductSize size = persistent_product_size(product, config_.n_embd, config_.vocab_size);
     return step_.plan(B, size.K, size.N);
   }
 
@@ -352,10 +356,9 @@ class Gpt2Decoder final : public Decoder {
             ? describe(schedule, schedule.instructions[static_cast<std::size_t>(fault.instruction)])
             : std::string("the start of the step");
     return "the persistent decode kernel stopped: block " + std::to_string(fault.block) +
-           " waited past the watchdog at " + where + " (decode step " +
-           std::to_string(fault.step) + ") for counter " + std::to_string(fault.counter) +
-           " to reach " + std::to_string(fault.target) + ", which held " +
-           std::to_string(fault.value) +
+           " waited past the watchdog at " + where + " (decode step " + std::to_string(fault.step) +
+           ") for counter " + std::to_string(fault.counter) + " to reach " +
+           std::to_string(fault.target) + ", which held " + std::to_string(fault.value) +
            ": a dependency that is never signalled (the schedule's simulator should have "
            "caught it: tests/cpu/test_persistent_schedule.cpp)";
   }
@@ -396,9 +399,8 @@ class Gpt2Decoder final : public Decoder {
   /// candidates for each row's last position (and its logits [B, V] in
   /// activations.logits when kept), and leaves every layer's keys and values of the T
   /// positions in cache positions 0 .. T - 1.
-  ArgmaxCandidates prefill(StepContext& step, const PositionMajorPrompts& sequence,
-                           int B, int T, const StaticKvCache& cache,
-                           const Activations& activations) {
+  ArgmaxCandidates prefill(StepContext& step, const PositionMajorPrompts& sequence, int B, int T,
+                           const StaticKvCache& cache, const Activations& activations) {
     NvtxRange prefill_range("prefill");
     const cudaStream_t stream = step.stream();
     const int C = config_.n_embd;
@@ -475,8 +477,7 @@ class Gpt2Decoder final : public Decoder {
   /// (activations.normed, [T, B, C]): returns the argmax candidates (in
   /// activations.candidate_values and candidate_indices), and writes the logits [B, V]
   /// to activations.logits when they are kept.
-  ArgmaxCandidates lm_head(StepContext& step, const Activations& activations, int B,
-                           int T) {
+  ArgmaxCandidates lm_head(StepContext& step, const Activations& activations, int B, int T) {
     NvtxRange range("lm head");
     const int C = config_.n_embd;
     // ln_f already ran, after the last residual add (in the prefill

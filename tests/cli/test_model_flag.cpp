@@ -32,7 +32,8 @@ void expect_one_line(const ladder::testing::ProcessResult& result, int exit_code
 
 }  // namespace
 
-TEST_CASE("the --model flag refuses a name outside GPT-2's four sizes in one line", "[cli][sizes]") {
+TEST_CASE("the --model flag refuses a name outside GPT-2's four sizes in one line",
+          "[cli][sizes]") {
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);
     expect_one_line(run_chapter_process(chapter, {"--model", "gpt2-xxl"}, kNoGpu), kUsageError,
@@ -41,7 +42,8 @@ TEST_CASE("the --model flag refuses a name outside GPT-2's four sizes in one lin
   }
 }
 
-TEST_CASE("the --model flag with --config or --weights is refused before either is read", "[cli][sizes]") {
+TEST_CASE("the --model flag with --config or --weights is refused before either is read",
+          "[cli][sizes]") {
   // Neither path exists: the refusal comes from the command line alone.
   for (const std::string& chapter : ladder::testing::chapter_names()) {
     INFO(chapter);

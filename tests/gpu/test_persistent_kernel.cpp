@@ -30,9 +30,9 @@ bool built(const std::string& chapter) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(),
-                    [](float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::memcmp(&x, &y, sizeof x) == 0;
+         });
 }
 
 /// Runs chapters 10 and 11 with `arguments` and requires the same steps, tokens and logits.
@@ -59,7 +59,9 @@ std::vector<std::string> golden(std::vector<std::string> flags) {
 TEST_CASE("chapter 11 equals chapter 10 bit for bit on the golden model",
           "[chapters][bf16][persistent]") {
   const int V = ladder::testing::load_golden_model().config.vocab_size;
-  SECTION("BOS prompts") { check_equals_chapter_10(golden({"--batch", "3", "--new-tokens", "20"}), V); }
+  SECTION("BOS prompts") {
+    check_equals_chapter_10(golden({"--batch", "3", "--new-tokens", "20"}), V);
+  }
   SECTION("per-row random prompts, B = 1, 5, 17, 64") {
     for (const char* batch : {"1", "5", "17", "64"}) {
       INFO("batch " << batch);
@@ -111,13 +113,14 @@ TEST_CASE("chapter 11 stops at chapter 10's step where EOS really occurs",
   const int V = ladder::Gpt2Config{}.vocab_size;
   // With random weights each row settles on repeating a token within a few steps: make
   // row 0's fourth token the end-of-sequence id, so every chapter must stop early.
-  const std::vector<std::string> base = {"--batch", "4", "--new-tokens", "40",
-                                         "--random-prompt-length", "3", "--seed", "5"};
+  const std::vector<std::string> base = {
+      "--batch", "4", "--new-tokens", "40", "--random-prompt-length", "3", "--seed", "5"};
   const ChapterOutput free_run = ladder::testing::generate_with_chapter(kPrevious, base, V, false);
   REQUIRE(free_run.steps == 40);
   std::vector<std::string> with_eos = base;
   with_eos.insert(with_eos.end(), {"--eos", std::to_string(free_run.tokens.at(3))});
-  const ChapterOutput stopped = ladder::testing::generate_with_chapter(kPrevious, with_eos, V, false);
+  const ChapterOutput stopped =
+      ladder::testing::generate_with_chapter(kPrevious, with_eos, V, false);
   INFO("chapter 10 stopped after " << stopped.steps << " steps");
   check_equals_chapter_10(with_eos, V);
 }
@@ -126,8 +129,8 @@ TEST_CASE("chapter 11 repeats itself bit for bit at GPT-2 small's shapes (50 run
           "[chapters][bf16][persistent]") {
   REQUIRE(built(kChapter));
   const int V = ladder::Gpt2Config{}.vocab_size;
-  const std::vector<std::string> arguments = {"--batch", "32", "--new-tokens", "24",
-                                              "--random-prompt-length", "9", "--seed", "7"};
+  const std::vector<std::string> arguments = {
+      "--batch", "32", "--new-tokens", "24", "--random-prompt-length", "9", "--seed", "7"};
   const ChapterOutput first = ladder::testing::generate_with_chapter(kChapter, arguments, V, true);
   const ChapterOutput second = ladder::testing::generate_with_chapter(kChapter, arguments, V, true);
   CHECK(second.tokens == first.tokens);

@@ -403,8 +403,7 @@ void record_all() {
   // Continuous batching's bf16 attention: a slot and a position per row (B slots).
   record("decode", "launch_decode_attention_bf16_per_row", [&] {
     ladder::launch_decode_attention_bf16_per_row(bf16_qkv, bf16_keys, bf16_values, positions,
-                                                 positions, B, kCapacity, bf16_y, B, H, C,
-                                                 kStream);
+                                                 positions, B, kCapacity, bf16_y, B, H, C, kStream);
   });
   const ladder::GreedyState state{/*forced_tokens=*/nullptr,
                                   finished,
