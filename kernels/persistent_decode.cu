@@ -272,7 +272,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
         next_index = a.schedule.block_instructions[k + 1];
         next_instruction = a.schedule.instructions[next_index];
       }
-      const auto wait = [&] { wait_for_counters(a, instruction, index, e, stopping); };
+      // The timeline (profiling only): when the block took the instruction up, when its
+      // waits were over (stamped inside `wait`), when it had signalled.
+      const bool stamp = a.timeline != nullptr && e == a.timeline_step && threadIdx.x == 0;
+      unsigned long long taken_up = 0;
+      unsigned long long ready = 0;
+      if (stamp) taken_up = global_timer_ns();
+      const auto wait = [&] {
+        wait_for_counters(a, instruction, index, e, stopping);
+        if (stamp) ready = global_timer_ns();
+      };
       switch (static_cast<PersistentOp>(instruction.op)) {
         case PersistentOp::kEmbedding:
           wait();
@@ -331,6 +340,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       }
       if (stopping != 0) return;  // the same for the whole block: set before a barrier
       signal(a, instruction.signal);
+      if (stamp) {
+        unsigned long long* at = a.timeline + 3 * static_cast<std::size_t>(index);
+        at[0] = taken_up;
+        at[1] = ready;
+        at[2] = global_timer_ns();
+      }
     }
   }
 }

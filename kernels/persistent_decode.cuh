@@ -121,6 +121,11 @@ struct PersistentDecodeLaunch {
   // The watchdog.
   unsigned long long watchdog_ns = 0;
   PersistentFault* fault = nullptr;  ///< zeroed before the launch
+  // The timeline of one step (profiling; null: none): for every instruction i of step
+  // timeline_step, the global timer in ns when its block took it up, when its waits were
+  // over, and when it had signalled: timeline[3 i .. 3 i + 2].
+  unsigned long long* timeline = nullptr;
+  int timeline_step = -1;
   /// persistent_decode_table_bytes(state.max_steps, logits_history != null) bytes of
   /// device memory, written by the launch (16-byte aligned).
   void* argument_tables = nullptr;

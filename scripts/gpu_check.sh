@@ -36,7 +36,8 @@
 #   persistent  chapter 11 (one persistent kernel): its GPU tests ([persistent]: equal to
 #             chapter 10 bit for bit, repeats, the watchdog), then chapters 10 and 11 side
 #             by side at B = 1, 8, 32, 64 (N = 100) and B = 32 at N = 400, one run each
-#             process, the tables and JSON under persistent/ (LADDER_PERSISTENT_RUNS, 5)
+#             process, the tables and JSON under persistent/ (LADDER_PERSISTENT_RUNS, 5),
+#             and one step's timeline at B = 1 and 32 drawn (persistent/timeline.bB.svg)
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -373,6 +374,16 @@ if wants persistent; then
   done
   python3 scripts/side_by_side.py "$out/persistent" 10_mixed_precision 11_persistent_kernel \
     > "$out/persistent/side_by_side.md" && cat "$out/persistent/side_by_side.md"
+  # One step's timeline at B = 1 and 32, drawn (scripts/render_persistent_timeline.py).
+  for batch in 1 32; do
+    LADDER_PERSISTENT_TIMELINE="$out/persistent/timeline.b$batch.csv" \
+      limited "$build/chapters/11_persistent_kernel" --batch "$batch" --new-tokens 100 --runs 1 \
+      --warmup 1 --quiet > "$out/logs/timeline.b$batch.log" 2>&1 &&
+      python3 scripts/render_persistent_timeline.py "$out/persistent/timeline.b$batch.csv" \
+        "$out/persistent/timeline.b$batch.svg" "$out/persistent/timeline.b$batch.md" &&
+      cat "$out/persistent/timeline.b$batch.md"
+    note "timeline of one step at B = $batch: exit $?"
+  done
 fi
 
 if wants micro; then

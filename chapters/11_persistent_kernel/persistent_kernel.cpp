@@ -23,6 +23,8 @@
 //           ncu --kernel-name regex:persistent --set full
 //           build/native/chapters/11_persistent_kernel
 //               --new-tokens 8 --runs 1 --warmup 0
+// Timeline: LADDER_PERSISTENT_TIMELINE=FILE writes when each instruction of the middle step
+// was taken up, ready and done (CSV; scripts/render_persistent_timeline.py draws it).
 // Fault injection (tests): LADDER_PERSISTENT_DROP_SIGNAL=I removes instruction I's signal,
 // so a consumer waits for ever; LADDER_PERSISTENT_WATCHDOG_MS (default 20000) bounds every
 // wait: the kernel stops and the chapter exits 1 naming the instruction and the counter.
@@ -32,9 +34,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -217,6 +221,18 @@ class Gpt2Decoder final : public Decoder {
     launch.watchdog_ns = watchdog_ns_;
     launch.fault = fault;
     launch.argument_tables = argument_tables;
+    // NEW in chapter 11: the timeline of the generation's middle step, for the profiler's
+    // picture (LADDER_PERSISTENT_TIMELINE=FILE; none by default).
+    const char* timeline_file = std::getenv("LADDER_PERSISTENT_TIMELINE");
+    const std::size_t stamps = 3 * schedule.schedule().instructions.size();
+    const TypedBuffer<unsigned long long> timeline = timeline_file != nullptr
+                                                         ? allocate<unsigned long long>(stamps)
+                                                         : TypedBuffer<unsigned long long>();
+    if (timeline_file != nullptr) {
+      CUDA_CHECK(cudaMemsetAsync(timeline, 0, timeline.bytes(), stream));
+      launch.timeline = timeline;
+      launch.timeline_step = std::max(0, max_new_tokens / 2 - 1);
+    }
     schedule.reset_counters(stream);
     launch_persistent_decode(launch, stream);
 
@@ -232,6 +248,8 @@ class Gpt2Decoder final : public Decoder {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     if (recorded.raised != 0)
       throw std::runtime_error(describe_fault(schedule.schedule(), recorded));
+    if (timeline_file != nullptr)
+      write_timeline(timeline_file, schedule.schedule(), timeline, stream);
     const int steps = end.step;
     if (logits.enabled()) {
       for (int step = 0; step < steps; ++step)
@@ -346,6 +364,30 @@ class Gpt2Decoder final : public Decoder {
       workspaces.plans.push_back(plan);
     }
     return workspaces;
+  }
+
+  // NEW in chapter 11: the timeline as CSV, one instruction a line: its block, what it
+  // is, and when (ns from the step's first stamp) it was taken up, ready and done.
+  static void write_timeline(const std::string& path, const PersistentSchedule& schedule,
+                             const unsigned long long* device_stamps, cudaStream_t stream) {
+    std::vector<unsigned long long> stamps(3 * schedule.instructions.size());
+    CUDA_CHECK(cudaMemcpyAsync(stamps.data(), device_stamps, stamps.size() * sizeof(stamps[0]),
+                               cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    unsigned long long first = ~0ull;
+    for (std::size_t i = 0; i < schedule.instructions.size(); ++i)
+      if (stamps[3 * i] != 0) first = std::min(first, stamps[3 * i]);
+    std::ofstream file(path);
+    if (!file) throw std::runtime_error("LADDER_PERSISTENT_TIMELINE: cannot write " + path);
+    file << "instruction,block,op,layer,what,taken_up_ns,ready_ns,done_ns\n";
+    for (std::size_t i = 0; i < schedule.instructions.size(); ++i) {
+      const PersistentInstruction& instruction = schedule.instructions[i];
+      if (stamps[3 * i] == 0) continue;  // the step did not run (the generation stopped)
+      file << i << ',' << i % static_cast<std::size_t>(schedule.shape.blocks) << ','
+           << instruction.op << ',' << instruction.layer << ",\"" << describe(schedule, instruction)
+           << "\"," << stamps[3 * i] - first << ',' << stamps[3 * i + 1] - first << ','
+           << stamps[3 * i + 2] - first << '\n';
+    }
   }
 
   // NEW in chapter 11: the watchdog's record as one line a reader can act on.

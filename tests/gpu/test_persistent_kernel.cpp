@@ -168,3 +168,22 @@ TEST_CASE("chapter 11 refuses more than 64 rows in one line", "[chapters][bf16][
   CHECK(result.exit_code != 0);
   CHECK(result.output.find("at most 64 rows") != std::string::npos);
 }
+
+TEST_CASE("chapter 11 writes one step's timeline when asked", "[chapters][bf16][persistent]") {
+  REQUIRE(built(kChapter));
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-timeline");
+  const std::string path = directory + "/step.csv";
+  const auto result = ladder::testing::run_chapter_process(
+      kChapter,
+      golden({"--batch", "2", "--new-tokens", "8", "--runs", "1", "--warmup", "0", "--quiet"}),
+      "LADDER_PERSISTENT_TIMELINE=" + path);
+  INFO(result.output);
+  REQUIRE(result.exit_code == 0);
+  std::ifstream file(path);
+  std::string line;
+  REQUIRE(std::getline(file, line));
+  CHECK(line == "instruction,block,op,layer,what,taken_up_ns,ready_ns,done_ns");
+  int instructions = 0;
+  while (std::getline(file, line)) ++instructions;
+  CHECK(instructions > 10);  // every instruction of one step of the golden model
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""tests/scripts/test_render_persistent_timeline.py - scripts/render_persistent_timeline.py
+on a made-up timeline: the picture holds a bar pair per instruction, the summary the right
+counts and means, and stamps out of order are refused."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "render_persistent_timeline.py")
+HEADER = "instruction,block,op,layer,what,taken_up_ns,ready_ns,done_ns\n"
+
+
+def run(directory, text):
+    timeline = os.path.join(directory, "step.csv")
+    with open(timeline, "w", encoding="utf-8") as file:
+        file.write(HEADER + text)
+    picture, table = os.path.join(directory, "step.svg"), os.path.join(directory, "step.md")
+    result = subprocess.run([sys.executable, SCRIPT, timeline, picture, table],
+                            capture_output=True, text=True, check=False)
+    return result, picture, table
+
+
+def main():
+    with tempfile.TemporaryDirectory() as directory:
+        result, picture, table = run(directory, (
+            '0,0,0,-1,"the embedding of row 0",0,1000,2000\n'
+            '1,1,1,0,"layer 0, ln_1 of row 0",0,3000,4000\n'
+            '2,0,2,0,"layer 0, qkv product, split 0 of column tile 0",2000,6000,9000\n'
+            '3,1,2,0,"layer 0, qkv product, split 0 of column tile 1",4000,6000,10000\n'))
+        assert result.returncode == 0, result.stderr
+        with open(picture, encoding="utf-8") as file:
+            drawing = file.read()
+        assert drawing.count("<rect") == 2 * 4 + 6, drawing.count("<rect")  # bars + legend
+        with open(table, encoding="utf-8") as file:
+            text = file.read()
+        assert "4 instructions on 2 blocks, 10.0 µs" in text, text
+        assert "| product | 2 | 3.00 | 4.00 | 3.50 | 4.00 |" in text, text
+        result, _, _ = run(directory, '0,0,0,-1,"x",5000,1000,2000\n')
+        assert result.returncode != 0 and "out of order" in result.stderr, result
+    print("test_render_persistent_timeline.py: ok")
+
+
+if __name__ == "__main__":
+    main()
