@@ -58,7 +58,7 @@ TEST_CASE("every chapter exists and prints its usage", "[cli]") {
   }
 }
 
-TEST_CASE("--help lists the exit codes the tests below expect", "[cli]") {
+TEST_CASE("the --help text lists the exit codes the tests below expect", "[cli]") {
   for (const std::string& chapter : chapter_names()) {
     const auto result = run_chapter_process(chapter, {"--help"});
     INFO(chapter << " printed: " << result.output);

@@ -290,7 +290,7 @@ TEST_CASE("the HBM floor of a GPT-2 size counts that size's weights and cache",
   }
 }
 
-TEST_CASE("--model takes a GPT-2 size; --config and --weights exclude it", "[config][sizes][cli]") {
+TEST_CASE("the --model flag takes a GPT-2 size; --config and --weights exclude it", "[config][sizes][cli]") {
   CHECK(parse({}).model_name.empty());
   for (const std::string& name : ladder::gpt2_model_names())
     CHECK(parse({"--model", name.c_str()}).model_name == name);
