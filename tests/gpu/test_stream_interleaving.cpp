@@ -37,15 +37,12 @@ constexpr const char* kRepeatedChapters[] = {"06_stream_interleaving", "07_cuda_
                                              "08_device_loop", "09_decode_matmuls"};
 constexpr int kRuns = 50;
 
-/// Runs `chapter` kRuns times in one process (after the runner's one warm-up run) with
-/// `arguments`, requires a clean exit, and checks the last run's tokens and stop step
-/// against `expected`.
-void check_repeated_runs_of(const char* chapter, const std::vector<std::string>& arguments,
-                            const reference::Generation& expected, int vocab_size) {
-  const std::vector<std::string> chapters = ladder::testing::chapter_names();
-  REQUIRE(std::find(chapters.begin(), chapters.end(), chapter) != chapters.end());
-
-  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat");
+/// The tokens of `chapter` run kRuns times in one process with `arguments` (the runner
+/// fails the process when one run's tokens differ from the first's), as dumped after the
+/// last run: [batch rows][steps].
+std::vector<std::vector<std::int32_t>> tokens_of_repeated_runs(
+    const char* chapter, const std::vector<std::string>& arguments, int vocab_size) {
+  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-same");
   const std::string tokens_path = directory + "/tokens.txt";
   std::vector<std::string> full = arguments;
   full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
@@ -53,8 +50,16 @@ void check_repeated_runs_of(const char* chapter, const std::vector<std::string>&
   const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(chapter, full);
   INFO(chapter << " printed: " << result.output);
   REQUIRE(result.exit_code == 0);
+  return ladder::read_token_rows(tokens_path, vocab_size);
+}
 
-  const auto rows = ladder::read_token_rows(tokens_path, vocab_size);
+/// Runs `chapter` kRuns times in one process (tokens_of_repeated_runs) and checks the last
+/// run's tokens and stop step against `expected`.
+void check_repeated_runs_of(const char* chapter, const std::vector<std::string>& arguments,
+                            const reference::Generation& expected, int vocab_size) {
+  const std::vector<std::string> chapters = ladder::testing::chapter_names();
+  REQUIRE(std::find(chapters.begin(), chapters.end(), chapter) != chapters.end());
+  const auto rows = tokens_of_repeated_runs(chapter, arguments, vocab_size);
   REQUIRE(static_cast<int>(rows.size()) == expected.batch);
   REQUIRE(static_cast<int>(rows.front().size()) == expected.steps);
   std::vector<std::int32_t> tokens;
@@ -127,22 +132,6 @@ TEST_CASE("chapters 06-09 stop early at the reference's step on every one of 50 
 }
 
 namespace {
-
-/// The tokens of `chapter` run kRuns times in one process with `arguments` (the runner
-/// fails the process when one run's tokens differ from the first's), as dumped after the
-/// last run: [batch rows][steps].
-std::vector<std::vector<std::int32_t>> tokens_of_repeated_runs(
-    const char* chapter, const std::vector<std::string>& arguments, int vocab_size) {
-  const std::string directory = ladder::testing::make_temporary_directory("ladder-repeat-same");
-  const std::string tokens_path = directory + "/tokens.txt";
-  std::vector<std::string> full = arguments;
-  full.insert(full.end(), {"--runs", std::to_string(kRuns), "--warmup", "0", "--quiet",
-                           "--dump-tokens", tokens_path});
-  const ladder::testing::ProcessResult result = ladder::testing::run_chapter_process(chapter, full);
-  INFO(chapter << " printed: " << result.output);
-  REQUIRE(result.exit_code == 0);
-  return ladder::read_token_rows(tokens_path, vocab_size);
-}
 
 /// Runs `chapter` kRuns times in one process, then once in another: the last run of the
 /// first must equal the single run of the second, token for token (a sum whose order
