@@ -77,6 +77,7 @@
 #include "common/reference.hpp"
 #include "kernels/decode_matmul.cuh"
 #include "kernels/decode_matmul_bf16.cuh"
+#include "kernels/decode_matmul_bf16_tile.cuh"
 #include "kernels/decode_matmul_layout.hpp"
 #include "kernels/device_primitives.cuh"
 
@@ -445,16 +446,9 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kBfloatChunk = 64;  // inputs of K per step of the loop: 8 pieces of 8
 
-/// d += a b on the tensor cores: a 16 x 16 bf16 (row-major), b 16 x 8 bf16 (column-major),
-/// d 16 x 8 fp32.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const std::uint32_t (&a)[4],
-                                             const std::uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// The tensor-core instruction itself (d += a b, m16n8k16, bf16 in, fp32 sums) is the one
+// the production kernel issues: decode_bf16::mma_bf16 (kernels/decode_matmul_bf16_tile.cuh).
+using ladder::decode_bf16::mma_bf16;
 
 /// 8 bf16 of row `row` of x from input k: one 16-byte load (K % 8 == 0), zeros past B, K.
 __device__ __forceinline__ uint4 load_x8(const PackedProduct<Bfloat>& p, int row, int k) {
@@ -514,8 +508,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8) {
         const std::uint32_t b[2][2] = {{w[n8].x, w[n8].y}, {w[n8].z, w[n8].w}};
-        mma_m16n8k16(sums[m16][n8], a[0], b[0]);
-        mma_m16n8k16(sums[m16][n8], a[1], b[1]);
+        mma_bf16(sums[m16][n8], a[0], b[0]);
+        mma_bf16(sums[m16][n8], a[1], b[1]);
       }
     }
   }

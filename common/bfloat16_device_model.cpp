@@ -88,21 +88,8 @@ BfloatDeviceModel::BfloatDeviceModel(const Gpt2Weights& weights)
   layout_.total = count_;
 
   const std::size_t size = count_ * sizeof(__nv_bfloat16);
-  const cudaError_t status = cudaMalloc(&values_, size);
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    throw DeviceOutOfMemory("out of device memory: the bf16 weights need " +
-                            format_bytes(static_cast<double>(size)));
-  }
-  CUDA_CHECK(status);
-  // Complete before the constructor returns, as DeviceModel's upload (device_model.cpp):
-  // the decoders read the weights on non-blocking streams.
-  cudaError_t copied = cudaMemcpy(values_, image.values().data(), size, cudaMemcpyHostToDevice);
-  if (copied == cudaSuccess) copied = cudaDeviceSynchronize();
-  if (copied != cudaSuccess) {
-    cudaFree(values_);
-    CUDA_CHECK(copied);
-  }
+  values_ = static_cast<__nv_bfloat16*>(allocate_device_memory(size, "the bf16 weights"));
+  upload_and_wait(values_, image.values().data(), size);
 }
 
 BfloatDeviceModel::~BfloatDeviceModel() {

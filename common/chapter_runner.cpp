@@ -9,6 +9,7 @@
 #include <iostream>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "common/benchmark.hpp"
 #include "common/bfloat16_device_model.hpp"
@@ -125,20 +126,11 @@ Plan make_plan(int argc, char** argv) {
   Plan plan;
   plan.options = parse_run_options(argc, argv);
   const RunOptions& options = plan.options;
-  if (!options.weights_directory.empty()) {
-    plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
-    plan.config = plan.checkpoint->config;
-  } else if (!options.config_file.empty()) {
-    plan.config = Gpt2Config::from_json_file(options.config_file);
-  } else if (!options.model_name.empty()) {
-    plan.config = Gpt2Config::named(options.model_name);
-  }
-  plan.config.validate();
-  plan.eos_token_id = options.eos_token_id.value_or(plan.config.eos_token_id);
-  if (plan.eos_token_id >= plan.config.vocab_size)
-    throw std::invalid_argument("--eos: id " + std::to_string(plan.eos_token_id) +
-                                " is outside the vocabulary of " +
-                                std::to_string(plan.config.vocab_size));
+  ChosenModel model = choose_model(options.weights_directory, options.config_file,
+                                   options.model_name, options.eos_token_id);
+  plan.config = model.config;
+  plan.checkpoint = std::move(model.checkpoint);
+  plan.eos_token_id = model.eos_token_id;
 
   if (!options.prompt_text.empty() || options.print_text) {
     const std::string directory = !options.tokenizer_directory.empty() ? options.tokenizer_directory

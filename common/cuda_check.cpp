@@ -129,4 +129,25 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
+void* allocate_device_memory(std::size_t bytes, const std::string& what) {
+  void* memory = nullptr;
+  const cudaError_t status = cudaMalloc(&memory, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw DeviceOutOfMemory("out of device memory: " + what + " needs " +
+                            format_bytes(static_cast<double>(bytes)));
+  }
+  CUDA_CHECK(status);
+  return memory;
+}
+
+void upload_and_wait(void* device, const void* host, std::size_t bytes) {
+  cudaError_t uploaded = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+  if (uploaded == cudaSuccess) uploaded = cudaDeviceSynchronize();
+  if (uploaded != cudaSuccess) {
+    cudaFree(device);
+    CUDA_CHECK(uploaded);
+  }
+}
+
 }  // namespace ladder

@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -63,6 +64,17 @@ void require_cuda_device();
 
 /// Formats a byte count as "1.23 GiB" / "512 KiB".
 std::string format_bytes(double bytes);
+
+/// cudaMalloc of `bytes`; throws DeviceOutOfMemory ("out of device memory: WHAT needs
+/// 1.23 GiB") when the device has no room, ladder::CudaError on another failure.
+void* allocate_device_memory(std::size_t bytes, const std::string& what);
+
+/// Copies `bytes` from host memory to `device` and waits until the device holds them:
+/// cudaMemcpy from pageable memory may return once the bytes are staged, on the legacy
+/// default stream, which the decoders' non-blocking streams do not wait for, so the copy
+/// is complete only once the device has synchronized. On a failure frees `device` (an
+/// allocation of allocate_device_memory) and throws ladder::CudaError.
+void upload_and_wait(void* device, const void* host, std::size_t bytes);
 
 }  // namespace ladder
 

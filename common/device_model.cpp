@@ -10,23 +10,8 @@ namespace ladder {
 DeviceModel::DeviceModel(const Gpt2Weights& weights)
     : config_(weights.config), layout_(weights.layout) {
   const std::size_t size = layout_.total * sizeof(float);
-  const cudaError_t status = cudaMalloc(&values_, size);
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    throw DeviceOutOfMemory("out of device memory: the model's weights need " +
-                            format_bytes(static_cast<double>(size)));
-  }
-  CUDA_CHECK(status);
-  // cudaMemcpy from pageable memory may return once the bytes are staged, before they
-  // reach the device, and it runs on the legacy default stream, which the decoders'
-  // non-blocking streams do not wait for: the weights are on the device only once the
-  // device has synchronized.
-  cudaError_t uploaded = cudaMemcpy(values_, weights.values.data(), size, cudaMemcpyHostToDevice);
-  if (uploaded == cudaSuccess) uploaded = cudaDeviceSynchronize();
-  if (uploaded != cudaSuccess) {
-    cudaFree(values_);
-    CUDA_CHECK(uploaded);
-  }
+  values_ = static_cast<float*>(allocate_device_memory(size, "the model's weights"));
+  upload_and_wait(values_, weights.values.data(), size);
 }
 
 DeviceModel::~DeviceModel() {

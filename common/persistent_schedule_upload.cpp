@@ -29,13 +29,7 @@ PersistentScheduleOnDevice::PersistentScheduleOnDevice(PersistentSchedule schedu
   const std::size_t counter_bytes = aligned_bytes<std::uint32_t>(s.counter_arrivals.size());
   const std::size_t total =
       instruction_bytes + wait_bytes + first_bytes + list_bytes + counter_bytes;
-  const cudaError_t status = cudaMalloc(&memory_, total);
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    throw DeviceOutOfMemory("out of device memory: the persistent kernel's schedule needs " +
-                            format_bytes(static_cast<double>(total)));
-  }
-  CUDA_CHECK(status);
+  memory_ = allocate_device_memory(total, "the persistent kernel's schedule");
 
   // One host image of every array but the counters, one copy.
   std::vector<unsigned char> image(total - counter_bytes, 0);
@@ -54,13 +48,7 @@ PersistentScheduleOnDevice::PersistentScheduleOnDevice(PersistentSchedule schedu
       put(s.block_first.data(), s.block_first.size() * sizeof(std::int32_t), first_bytes);
   auto* device_list = put(s.block_instructions.data(),
                           s.block_instructions.size() * sizeof(std::int32_t), list_bytes);
-  // Complete before the constructor returns: the kernel reads it on a non-blocking stream.
-  cudaError_t copied = cudaMemcpy(memory_, image.data(), image.size(), cudaMemcpyHostToDevice);
-  if (copied == cudaSuccess) copied = cudaDeviceSynchronize();
-  if (copied != cudaSuccess) {
-    static_cast<void>(cudaFree(memory_));
-    CUDA_CHECK(copied);
-  }
+  upload_and_wait(memory_, image.data(), image.size());
 
   view_.instructions = reinterpret_cast<const PersistentInstruction*>(device_instructions);
   view_.waits = reinterpret_cast<const CounterWait*>(device_waits);

@@ -193,21 +193,12 @@ exit codes
 ServingPlan make_serving_plan(const ServingOptions& options, int value_bytes) {
   ServingPlan plan;
   plan.options = options;
-  if (!options.weights_directory.empty()) {
-    plan.checkpoint = load_gpt2_checkpoint(options.weights_directory);
-    plan.config = plan.checkpoint->config;
-  } else if (!options.config_file.empty()) {
-    plan.config = Gpt2Config::from_json_file(options.config_file);
-  } else if (!options.model_name.empty()) {
-    plan.config = Gpt2Config::named(options.model_name);
-  }
-  plan.config.validate();
+  ChosenModel model = choose_model(options.weights_directory, options.config_file,
+                                   options.model_name, options.eos_token_id);
+  plan.config = model.config;
+  plan.checkpoint = std::move(model.checkpoint);
+  plan.eos_token_id = model.eos_token_id;
   const Gpt2Config& config = plan.config;
-  plan.eos_token_id = options.eos_token_id.value_or(config.eos_token_id);
-  if (plan.eos_token_id >= config.vocab_size)
-    throw std::invalid_argument("--eos: id " + std::to_string(plan.eos_token_id) +
-                                " is outside the vocabulary of " +
-                                std::to_string(config.vocab_size));
 
   const TraceLimits limits{config.vocab_size, config.n_positions, kMaxArrivalMs};
   if (!options.trace_file.empty()) {

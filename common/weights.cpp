@@ -295,4 +295,24 @@ Gpt2Weights load_gpt2_checkpoint(const std::string& directory) {
   return weights;
 }
 
+ChosenModel choose_model(const std::string& weights_directory, const std::string& config_file,
+                         const std::string& model_name, std::optional<int> eos_token_id) {
+  ChosenModel chosen;
+  if (!weights_directory.empty()) {
+    chosen.checkpoint = load_gpt2_checkpoint(weights_directory);
+    chosen.config = chosen.checkpoint->config;
+  } else if (!config_file.empty()) {
+    chosen.config = Gpt2Config::from_json_file(config_file);
+  } else if (!model_name.empty()) {
+    chosen.config = Gpt2Config::named(model_name);
+  }
+  chosen.config.validate();
+  chosen.eos_token_id = eos_token_id.value_or(chosen.config.eos_token_id);
+  if (chosen.eos_token_id >= chosen.config.vocab_size)
+    throw std::invalid_argument("--eos: id " + std::to_string(chosen.eos_token_id) +
+                                " is outside the vocabulary of " +
+                                std::to_string(chosen.config.vocab_size));
+  return chosen;
+}
+
 }  // namespace ladder

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,9 @@ struct ParameterLayout {
   std::size_t token_embedding = 0;     ///< wte [V, C]; also the tied LM head
   std::size_t position_embedding = 0;  ///< wpe [n_positions, C]
   std::vector<LayerOffsets> layers;
-  std::size_t ln_f_weight = 0;         ///< [C]
-  std::size_t ln_f_bias = 0;           ///< [C]
-  std::size_t total = 0;               ///< number of floats in the whole array
+  std::size_t ln_f_weight = 0;  ///< [C]
+  std::size_t ln_f_bias = 0;    ///< [C]
+  std::size_t total = 0;        ///< number of floats in the whole array
 
   static ParameterLayout for_config(const Gpt2Config& config);
 };
@@ -71,5 +72,18 @@ Gpt2Weights random_gpt2_weights(const Gpt2Config& config, std::uint64_t seed);
 /// a missing tensor, or a tensor of the wrong shape or dtype (fp32, fp16 and bf16
 /// checkpoints are accepted and widened to fp32).
 Gpt2Weights load_gpt2_checkpoint(const std::string& directory);
+
+/// The model a command line names, validated: a Hugging Face checkpoint (`weights_directory`,
+/// loaded here so that a bad file is refused before anything else), a config.json with
+/// random weights (`config_file`), one of GPT-2's four sizes (`model_name`), or GPT-2
+/// small; and the end-of-sequence id (`eos_token_id`, or the config's), which must lie in
+/// the vocabulary. The caller refuses more than one of the three sources.
+struct ChosenModel {
+  Gpt2Config config;
+  std::optional<Gpt2Weights> checkpoint;  ///< with weights_directory only
+  int eos_token_id = 0;
+};
+ChosenModel choose_model(const std::string& weights_directory, const std::string& config_file,
+                         const std::string& model_name, std::optional<int> eos_token_id);
 
 }  // namespace ladder

@@ -868,13 +868,8 @@ PackedDecodeModel::PackedDecodeModel(const DeviceModel& model) {
   }
   add(model.token_embedding(), C, V, true);
 
-  const cudaError_t status = cudaMalloc(&values_, floats * sizeof(float));
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    throw DeviceOutOfMemory("out of device memory: the packed decode weights need " +
-                            format_bytes(static_cast<double>(floats * sizeof(float))));
-  }
-  CUDA_CHECK(status);
+  values_ = static_cast<float*>(
+      allocate_device_memory(floats * sizeof(float), "the packed decode weights"));
   floats_ = floats;
   try {
     for (const Packing& packing : packings) {

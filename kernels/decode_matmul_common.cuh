@@ -125,6 +125,38 @@ inline void check_lm_head_arguments(const char* launcher, const void* x, const v
   require_decode_rows(launcher, B);
 }
 
+/// The arguments of one product under `plan` whose split sums go through `partials` and
+/// `tile_counters` (both may be null when plan.splits == 1), as a kernel block reads them;
+/// no check, no programmatic launch, no cluster (launch_product_kernel decides those).
+template <typename Element, typename Output>
+DecodeMatmulArguments<Element, Output> arguments_for_plan(
+    const Element* x, const Element* weight, const Element* bias, Output* out,
+    float* candidate_values, std::int32_t* candidate_indices, int B, int K, int N, int padded_rows,
+    DecodeEpilogue epilogue, const DecodeMatmulPlan& plan, float* partials,
+    unsigned int* tile_counters) {
+  DecodeMatmulArguments<Element, Output> arguments{};
+  arguments.x = x;
+  arguments.weight = weight;
+  arguments.bias = bias;
+  arguments.out = out;
+  arguments.candidate_values = candidate_values;
+  arguments.candidate_indices = candidate_indices;
+  arguments.partials = partials;
+  arguments.tile_counters = tile_counters;
+  arguments.B = B;
+  arguments.K = K;
+  arguments.N = N;
+  arguments.padded_rows = padded_rows;
+  arguments.column_tiles = plan.column_tiles;
+  arguments.chunks = plan.chunks;
+  arguments.splits = plan.splits;
+  arguments.chunks_per_split = plan.chunks_per_split;
+  arguments.epilogue = epilogue;
+  arguments.out_pairs = out != nullptr && N % 2 == 0 &&
+                        reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
+  return arguments;
+}
+
 /// The arguments of one product under `plan`, after the checks every product shares
 /// (a 16-byte aligned weight, the grid's column limit, a workspace large enough).
 template <typename Element, typename Output>
@@ -143,26 +175,9 @@ DecodeMatmulArguments<Element, Output> product_arguments(
                                plan.column_tiles <= workspace.tile_counter_count(),
                            launcher, "the workspace is too small for this product");
   }
-  DecodeMatmulArguments<Element, Output> arguments{};
-  arguments.x = x;
-  arguments.weight = weight;
-  arguments.bias = bias;
-  arguments.out = out;
-  arguments.candidate_values = candidate_values;
-  arguments.candidate_indices = candidate_indices;
-  arguments.partials = workspace.partials();
-  arguments.tile_counters = workspace.tile_counters();
-  arguments.B = B;
-  arguments.K = K;
-  arguments.N = N;
-  arguments.padded_rows = padded_rows;
-  arguments.column_tiles = plan.column_tiles;
-  arguments.chunks = plan.chunks;
-  arguments.splits = plan.splits;
-  arguments.chunks_per_split = plan.chunks_per_split;
-  arguments.epilogue = epilogue;
-  arguments.out_pairs = out != nullptr && N % 2 == 0 &&
-                        reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Output)) == 0;
+  DecodeMatmulArguments<Element, Output> arguments = arguments_for_plan(
+      x, weight, bias, out, candidate_values, candidate_indices, B, K, N, padded_rows, epilogue,
+      plan, workspace.partials(), workspace.tile_counters());
   arguments.programmatic =
       launch == DecodeLaunch::kProgrammatic && workspace.programmatic_launches();
   return arguments;

@@ -370,15 +370,14 @@ void* kernel_for(int B) {
   }
 }
 
-/// The arguments of one product at every layer, as chapter 10's launch builds them
-/// (decode_common::product_arguments) but for the per-layer pointers, which each
-/// instruction sets: the same plan, the workspace path for the split sums (a block of a
-/// persistent grid has no cluster), no programmatic launch.
+/// The arguments chapter 10's launch passes for one product (the same plan), with the
+/// product's own split-sum workspace and no cluster (a persistent grid has none) or
+/// programmatic launch, after the checks that the plan is B's and covers K and N.
 template <typename Out>
-decode_bf16::DecodeMatmulBf16Arguments<Out> product_template(const char* launcher,
-                                                             const PersistentProductPlan& product,
-                                                             const bf16* x, Out* out, int B, int K,
-                                                             int N, DecodeEpilogue epilogue) {
+decode_bf16::DecodeMatmulBf16Arguments<Out> product_arguments(
+    const char* launcher, const PersistentProductPlan& product, const bf16* x, const bf16* weight,
+    const bf16* bias, Out* out, float* candidate_values, std::int32_t* candidate_indices, int B,
+    int K, int N, DecodeEpilogue epilogue) {
   const DecodeMatmulPlan& plan = product.plan;
   launch_checks::require(plan.row_tile == row_tile_of(B), launcher,
                          "a product's plan must have the row tile of the batch (16, 32 or 64)");
@@ -389,25 +388,10 @@ decode_bf16::DecodeMatmulBf16Arguments<Out> product_template(const char* launche
   if (plan.splits > 1)
     launch_checks::require(product.partials != nullptr && product.tile_counters != nullptr,
                            launcher, "a split product needs its workspace");
-  decode_bf16::DecodeMatmulBf16Arguments<Out> a{};
-  a.x = x;
-  a.out = out;
-  a.partials = product.partials;
-  a.tile_counters = product.tile_counters;
-  a.B = B;
-  a.K = K;
-  a.N = N;
-  a.padded_rows = (K + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK;
-  a.column_tiles = plan.column_tiles;
-  a.chunks = plan.chunks;
-  a.splits = plan.splits;
-  a.chunks_per_split = plan.chunks_per_split;
-  a.epilogue = epilogue;
-  a.out_pairs = out != nullptr && N % 2 == 0 &&
-                reinterpret_cast<std::uintptr_t>(out) % (2 * sizeof(Out)) == 0;
-  a.programmatic = false;
-  a.cluster_splits = false;
-  return a;
+  return decode_common::arguments_for_plan(x, weight, bias, out, candidate_values,
+                                           candidate_indices, B, K, N,
+                                           (K + kBfloatTileK - 1) / kBfloatTileK * kBfloatTileK,
+                                           epilogue, plan, product.partials, product.tile_counters);
 }
 
 }  // namespace
@@ -493,40 +477,28 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   std::vector<ProductArguments> layer_products;
   for (int layer_index = 0; layer_index < a.n_layer; ++layer_index) {
     const PersistentLayer& layer = a.layers[layer_index];
-    ProductArguments qkv = product_template<bf16>(kName, plan(PersistentProduct::kQkv), a.normed,
-                                                  a.qkv, a.B, C, 3 * C, DecodeEpilogue::kBias);
-    qkv.weight = layer.qkv_weight;
-    qkv.bias = layer.qkv_bias;
-    ProductArguments projection =
-        product_template<bf16>(kName, plan(PersistentProduct::kAttentionProjection), a.attended,
-                               a.hidden, a.B, C, C, DecodeEpilogue::kBiasResidual);
-    projection.weight = layer.attn_proj_weight;
-    projection.bias = layer.attn_proj_bias;
-    ProductArguments expand =
-        product_template<bf16>(kName, plan(PersistentProduct::kMlpExpand), a.normed, a.expanded,
-                               a.B, C, 4 * C, DecodeEpilogue::kBiasGelu);
-    expand.weight = layer.fc_weight;
-    expand.bias = layer.fc_bias;
-    ProductArguments mlp_projection =
-        product_template<bf16>(kName, plan(PersistentProduct::kMlpProjection), a.expanded, a.hidden,
-                               a.B, 4 * C, C, DecodeEpilogue::kBiasResidual);
-    mlp_projection.weight = layer.mlp_proj_weight;
-    mlp_projection.bias = layer.mlp_proj_bias;
-    for (const ProductArguments& product : {qkv, projection, expand, mlp_projection})
-      layer_products.push_back(product);
+    const auto product = [&](PersistentProduct which, const bf16* x, const bf16* weight,
+                             const bf16* bias, bf16* out, int K, int N, DecodeEpilogue epilogue) {
+      layer_products.push_back(product_arguments<bf16>(kName, plan(which), x, weight, bias, out,
+                                                       nullptr, nullptr, a.B, K, N, epilogue));
+    };
+    product(PersistentProduct::kQkv, a.normed, layer.qkv_weight, layer.qkv_bias, a.qkv, C, 3 * C,
+            DecodeEpilogue::kBias);
+    product(PersistentProduct::kAttentionProjection, a.attended, layer.attn_proj_weight,
+            layer.attn_proj_bias, a.hidden, C, C, DecodeEpilogue::kBiasResidual);
+    product(PersistentProduct::kMlpExpand, a.normed, layer.fc_weight, layer.fc_bias, a.expanded, C,
+            4 * C, DecodeEpilogue::kBiasGelu);
+    product(PersistentProduct::kMlpProjection, a.expanded, layer.mlp_proj_weight,
+            layer.mlp_proj_bias, a.hidden, 4 * C, C, DecodeEpilogue::kBiasResidual);
   }
   // The LM head: the logits of step s (kept for the tests) go to row s of the history.
   const bool keep_logits = a.logits_history != nullptr;
-  std::vector<LmHeadArguments> lm_heads(keep_logits ? static_cast<std::size_t>(a.state.max_steps)
-                                                    : 1);
-  for (std::size_t step = 0; step < lm_heads.size(); ++step) {
-    float* logits = keep_logits ? a.logits_history + step * a.B * a.V : nullptr;
-    lm_heads[step] = product_template<float>(kName, plan(PersistentProduct::kLmHead), a.normed,
-                                             logits, a.B, C, a.V, DecodeEpilogue::kNone);
-    lm_heads[step].weight = a.lm_head_weight;
-    lm_heads[step].candidate_values = a.candidate_values;
-    lm_heads[step].candidate_indices = a.candidate_indices;
-  }
+  std::vector<LmHeadArguments> lm_heads;
+  for (int step = 0; step < (keep_logits ? a.state.max_steps : 1); ++step)
+    lm_heads.push_back(product_arguments<float>(
+        kName, plan(PersistentProduct::kLmHead), a.normed, a.lm_head_weight, nullptr,
+        keep_logits ? a.logits_history + static_cast<std::size_t>(step) * a.B * a.V : nullptr,
+        a.candidate_values, a.candidate_indices, a.B, C, a.V, DecodeEpilogue::kNone));
   // The table of the LM head's arguments per step (logits kept), in device memory. From
   // pageable memory: the copy is staged before cudaMemcpyAsync returns.
   const std::size_t lm_bytes = lm_heads.size() * sizeof(LmHeadArguments);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_checks.hpp"
 #include "tests/support/chapter_process.hpp"
 
 namespace {
@@ -21,26 +22,19 @@ using ladder::testing::make_temporary_directory;
 using ladder::testing::run_chapter_process;
 using ladder::testing::test_data_path;
 
-constexpr int kUsageError = 2;
-constexpr int kRuntimeError = 1;
-constexpr int kNoCudaDevice = 3;
-
-void write_file(const std::string& path, const std::string& contents) {
-  std::ofstream file(path, std::ios::binary);
-  file << contents;
-}
+using ladder::testing::kNoCudaDevice;
+using ladder::testing::kRuntimeError;
+using ladder::testing::kUsageError;
+using ladder::testing::write_file;
 
 /// Runs every chapter with `arguments` and checks the exit code and the one line.
 void expect_refusal(const std::vector<std::string>& arguments, int exit_code,
                     const std::string& message_part, const std::string& environment = "",
                     const std::vector<std::string>& chapters = chapter_names()) {
   for (const std::string& chapter : chapters) {
-    const auto result = run_chapter_process(chapter, arguments, environment);
-    INFO(chapter << " printed: " << result.output);
-    CHECK(result.exit_code == exit_code);
-    CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
-    CHECK(result.output.find("error: ") != std::string::npos);
-    CHECK(result.output.find(message_part) != std::string::npos);
+    INFO("chapter " << chapter);
+    ladder::testing::check_one_error_line(run_chapter_process(chapter, arguments, environment),
+                                          exit_code, message_part);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_checks.hpp"
 #include "tests/support/chapter_process.hpp"
 
 namespace {
@@ -19,21 +20,13 @@ using ladder::testing::run_chapter_process;
 using ladder::testing::test_data_path;
 
 const std::string kChapter = "12_continuous_batching";
-const std::string kNoGpu = "CUDA_VISIBLE_DEVICES=-1";
-
-void write_file(const std::string& path, const std::string& contents) {
-  std::ofstream file(path, std::ios::binary);
-  file << contents;
-}
+using ladder::testing::kNoGpu;
+using ladder::testing::write_file;
 
 void expect_refusal(const std::vector<std::string>& arguments, int exit_code,
                     const std::string& message_part) {
-  const auto result = run_chapter_process(kChapter, arguments, kNoGpu);
-  INFO("printed: " << result.output);
-  CHECK(result.exit_code == exit_code);
-  CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
-  CHECK(result.output.find("error: ") != std::string::npos);
-  CHECK(result.output.find(message_part) != std::string::npos);
+  ladder::testing::check_one_error_line(run_chapter_process(kChapter, arguments, kNoGpu), exit_code,
+                                        message_part);
 }
 
 }  // namespace

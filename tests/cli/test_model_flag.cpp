@@ -11,24 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_checks.hpp"
 #include "tests/support/chapter_process.hpp"
 
 namespace {
 
 using ladder::testing::run_chapter_process;
 
-constexpr int kUsageError = 2;
-constexpr int kNoCudaDevice = 3;
-const std::string kNoGpu = "CUDA_VISIBLE_DEVICES=-1";
-
-void expect_one_line(const ladder::testing::ProcessResult& result, int exit_code,
-                     const std::string& message_part) {
-  INFO("printed: " << result.output);
-  CHECK(result.exit_code == exit_code);
-  CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
-  CHECK(result.output.find("error: ") != std::string::npos);
-  CHECK(result.output.find(message_part) != std::string::npos);
-}
+using ladder::testing::kNoCudaDevice;
+using ladder::testing::kNoGpu;
+using ladder::testing::kUsageError;
+constexpr auto expect_one_line = ladder::testing::check_one_error_line;
 
 }  // namespace
 

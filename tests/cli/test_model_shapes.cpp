@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_checks.hpp"
 #include "tests/support/chapter_process.hpp"
 
 namespace {
@@ -18,24 +19,12 @@ namespace {
 using ladder::testing::make_temporary_directory;
 using ladder::testing::run_chapter_process;
 
-constexpr int kRuntimeError = 1;
-constexpr int kUsageError = 2;
-constexpr int kNoCudaDevice = 3;
-const std::string kNoGpu = "CUDA_VISIBLE_DEVICES=-1";
-
-void write_file(const std::string& path, const std::string& contents) {
-  std::ofstream file(path, std::ios::binary);
-  file << contents;
-}
-
-void expect_one_line(const ladder::testing::ProcessResult& result, int exit_code,
-                     const std::string& message_part) {
-  INFO("printed: " << result.output);
-  CHECK(result.exit_code == exit_code);
-  CHECK(std::count(result.output.begin(), result.output.end(), '\n') == 1);
-  CHECK(result.output.find("error: ") != std::string::npos);
-  CHECK(result.output.find(message_part) != std::string::npos);
-}
+using ladder::testing::kNoCudaDevice;
+using ladder::testing::kNoGpu;
+using ladder::testing::kRuntimeError;
+using ladder::testing::kUsageError;
+using ladder::testing::write_file;
+constexpr auto expect_one_line = ladder::testing::check_one_error_line;
 
 }  // namespace
 
