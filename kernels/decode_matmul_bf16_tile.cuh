@@ -78,6 +78,62 @@ __device__ __forceinline__ uint4 load_x(const DecodeMatmulBf16Arguments<Out>& a,
   }
 }
 
+/// Where one lane's fragments sit in a 64-column tile (decode_matmul_bf16.cuh): lane 4 g + u
+/// of warp w reads W columns 16 (w % 4) + 8 n8 + g (n8 = 0, 1) and, of each chunk of 64
+/// inputs, the octet 4 (w / 4) + u.
+struct TileLane {
+  int g;
+  int u;
+  int column_group;  ///< w % 4
+  int k_group;       ///< w / 4
+  int octet;         ///< of each chunk: inputs 8 octet .. 8 octet + 7
+  int columns[2];    ///< one per n8 tile
+  bool column_inside[2];
+};
+
+template <typename Out>
+__device__ __forceinline__ TileLane tile_lane(const DecodeMatmulBf16Arguments<Out>& a, int tile) {
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  TileLane place;
+  place.g = lane / 4;
+  place.u = lane % 4;
+  place.column_group = warp % kColumnGroups;
+  place.k_group = warp / kColumnGroups;
+  place.octet = 4 * place.k_group + place.u;
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8) {
+    place.columns[n8] = tile * kTileColumns + 16 * place.column_group + 8 * n8 + place.g;
+    place.column_inside[n8] = place.columns[n8] < a.N;
+  }
+  return place;
+}
+
+/// sums += x W for one chunk: the lane's 8 inputs from k of x's rows, times its two pieces
+/// of W (8 inputs of one column each), on the tensor cores.
+template <int kRows, bool kXVector, typename Out>
+__device__ __forceinline__ void multiply_chunk(const DecodeMatmulBf16Arguments<Out>& a,
+                                               const TileLane& place, int k,
+                                               const uint4 (&pieces)[2],
+                                               float (&sums)[kRows / 16][2][4]) {
+#pragma unroll
+  for (int m16 = 0; m16 < kRows / 16; ++m16) {
+    const uint4 upper = load_x<kXVector>(a, 16 * m16 + place.g, k);
+    const uint4 lower = load_x<kXVector>(a, 16 * m16 + place.g + 8, k);
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      const std::uint32_t a_fragment[4] = {word(upper, 2 * step), word(lower, 2 * step),
+                                           word(upper, 2 * step + 1), word(lower, 2 * step + 1)};
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8) {
+        const std::uint32_t b_fragment[2] = {word(pieces[n8], 2 * step),
+                                             word(pieces[n8], 2 * step + 1)};
+        mma_bf16(sums[m16][n8], a_fragment, b_fragment);
+      }
+    }
+  }
+}
+
 // Math:   y = x W over this block's chunks of K, for the rows of x below B and the 64
 //         columns of tile `tile`, on the tensor cores (bf16 in, fp32 sums); then
 //         the tail: k-groups, splits, epilogue, one rounding to Out.
@@ -95,39 +151,22 @@ template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
                                                   const Wait& wait_for_inputs) {
-  constexpr int kMTiles = kRows / 16;
-  static_assert(kMTiles * 16 == kRows, "bf16 row tiles are multiples of 16");
   const float2 bias = decode_common::load_tile_bias(a, tile);  // before the wait: a weight
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int column_group = warp % kColumnGroups;
-  const int k_group = warp / kColumnGroups;
-  const int g = lane / 4;
-  const int u = lane % 4;
-  // This lane's two weight columns (one per n8 tile), and whether they exist.
-  int columns[2];
-  bool column_inside[2];
-#pragma unroll
-  for (int n8 = 0; n8 < 2; ++n8) {
-    columns[n8] = tile * kTileColumns + 16 * column_group + 8 * n8 + g;
-    column_inside[n8] = columns[n8] < a.N;
-  }
-  const int lane_octet = 4 * k_group + u;  // the octet of each chunk this lane reads
-
+  const TileLane place = tile_lane(a, tile);
   const int octets = a.padded_rows / kBfloatTileK;
   const ChunkRange range = chunk_range(a, split);
   const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
-    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + lane_octet;  // of 8 inputs
+    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;  // of 8 inputs
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8) {
       pieces[n8] = make_uint4(0, 0, 0, 0);
-      if (chunk_in_range < range.count && octet < octets && column_inside[n8])
+      if (chunk_in_range < range.count && octet < octets && place.column_inside[n8])
         pieces[n8] = __ldg(reinterpret_cast<const uint4*>(
-            a.weight + (static_cast<std::size_t>(octet) * a.N + columns[n8]) * kBfloatTileK));
+            a.weight + (static_cast<std::size_t>(octet) * a.N + place.columns[n8]) * kBfloatTileK));
     }
   };
 
-  float sums[kMTiles][2][4] = {};
+  float sums[kRows / 16][2][4] = {};
   uint4 ahead[kChunksInFlight][2];
 #pragma unroll
   for (int i = 0; i < kChunksInFlight; ++i) load_weights(i, ahead[i]);
@@ -142,24 +181,8 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
 #pragma unroll
     for (int i = 0; i < kChunksInFlight; ++i) {
       if (chunk + i >= range.count) break;  // the same for the whole block
-      const int k = (range.first + chunk + i) * kChunkRows + 8 * lane_octet;
-#pragma unroll
-      for (int m16 = 0; m16 < kMTiles; ++m16) {
-        const uint4 upper = load_x<kXVector>(a, 16 * m16 + g, k);
-        const uint4 lower = load_x<kXVector>(a, 16 * m16 + g + 8, k);
-#pragma unroll
-        for (int step = 0; step < 2; ++step) {
-          const std::uint32_t a_fragment[4] = {word(upper, 2 * step), word(lower, 2 * step),
-                                               word(upper, 2 * step + 1),
-                                               word(lower, 2 * step + 1)};
-#pragma unroll
-          for (int n8 = 0; n8 < 2; ++n8) {
-            const std::uint32_t b_fragment[2] = {word(ahead[i][n8], 2 * step),
-                                                 word(ahead[i][n8], 2 * step + 1)};
-            mma_bf16(sums[m16][n8], a_fragment, b_fragment);
-          }
-        }
-      }
+      const int k = (range.first + chunk + i) * kChunkRows + kBfloatTileK * place.octet;
+      multiply_chunk<kRows, kXVector>(a, place, k, ahead[i], sums);
       load_weights(chunk + i + kChunksInFlight, ahead[i]);
     }
   }
@@ -169,7 +192,8 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
   // time, and a neighbour launched early would share it.
   allow_next_kernel_to_launch();
 
-  decode_common::store_mma_sums<kRows>(shared, k_group, column_group, g, u, sums);
+  decode_common::store_mma_sums<kRows>(shared, place.k_group, place.column_group, place.g, place.u,
+                                       sums);
   decode_common::finish_tile<kRows>(a, tile, split, bias, shared, kKGroups);
 }
 
