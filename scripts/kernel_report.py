@@ -528,6 +528,9 @@ def render(build, kernels, configurations, occupancy_of, promises):
                 f"{occupancy_text} | {info['loads']} | {info['stores']} | {info['mma']} | "
                 f"{moved_text} | {took_text} | {implied} | {ncu_text} |")
         lines.append("")
+        stalls = stalls_by_ncu(chapter)
+        if stalls:
+            lines += stall_lines(stalls)
     promised = [name for name in sorted(kernels) if base_name(name) in UNQUALIFIED_PROMISES]
     if promised:
         lines += ["## Every instantiation of the kernels that promise for all of them", "",
@@ -672,6 +675,65 @@ def import_ncu(raw_csv, chapter):
             writer.writerow([name, count, f"{duration:.3f}", f"{read:.0f}", f"{written:.0f}",
                              f"{weighted / duration if duration else 0:.1f}"])
     print(f"wrote {os.path.relpath(path, ROOT)} ({len(launches)} launches, {len(totals)} kernels)")
+    import_stalls(launches, chapter, lambda row, metric: value(row, metric))
+
+
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+
+
+def import_stalls(launches, chapter, value):
+    """Where ncu's raw rows hold the warp-state metrics (STALL: warps stalled for a reason
+    per issue-active cycle, as Nsight Compute's Warp State section shows them), writes
+    results/ncu/<chapter>.stalls.csv: per kernel and reason, the launches' time-weighted
+    mean. Nothing without such columns (scripts/profile_kernels.sh asks for them only of
+    the persistent kernel)."""
+    reasons = sorted({match.group(1) for match in map(STALL.match, launches[0]) if match})
+    if not reasons:
+        return
+    weighted = {}
+    for row in launches:
+        name = short_name(row["Kernel Name"])
+        duration = value(row, "gpu__time_duration.sum")
+        total = weighted.setdefault(name, [0.0] + [0.0] * len(reasons))
+        total[0] += duration
+        for index, reason in enumerate(reasons):
+            metric = f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+            total[index + 1] += duration * value(row, metric)
+    path = os.path.join(ROOT, "results", "ncu", f"{chapter}.stalls.csv")
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["kernel", "reason", "warps_per_issue"])
+        for name, (duration, *sums) in sorted(weighted.items()):
+            for reason, summed in zip(reasons, sums):
+                writer.writerow([name, reason, f"{summed / duration if duration else 0:.3f}"])
+    print(f"wrote {os.path.relpath(path, ROOT)} ({len(reasons)} stall reasons)")
+
+
+def stalls_by_ncu(chapter):
+    """{short kernel name: [(reason, warps per issue), ...] largest first} from
+    results/ncu/<chapter>.stalls.csv, or None."""
+    path = os.path.join(ROOT, "results", "ncu", f"{chapter}.stalls.csv")
+    if not os.path.exists(path):
+        return None
+    stalls = {}
+    with open(path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            stalls.setdefault(row["kernel"], []).append((row["reason"],
+                                                         float(row["warps_per_issue"])))
+    return {name: sorted(rows, key=lambda item: -item[1]) for name, rows in stalls.items()}
+
+
+def stall_lines(stalls, largest=6):
+    """The page's table of where a kernel's warps wait (Nsight Compute's warp states)."""
+    lines = ["Where the warps wait (ncu's warp states: warps stalled for each reason per "
+             f"issued instruction, the {largest} largest):", "",
+             "| kernel | " + " | ".join(["reason"] * largest) + " |",
+             "|---|" + "---|" * largest]
+    for name, reasons in sorted(stalls.items()):
+        cells = [f"{reason} {amount:.2f}" for reason, amount in reasons[:largest]]
+        cells += [""] * (largest - len(cells))
+        lines.append(f"| `{abbreviate(name)}` | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 # ---------------------------------------------------------------- main

@@ -23,6 +23,8 @@
 # every launch of that step but its argmax): with the default one-token prompt, the step's
 # products on the decode step's shapes (B = 32 rows); the attention and the cache writes
 # are the prefill's kernels.
+# Chapter 11 runs every decode step in one launch of its persistent kernel: that launch is
+# profiled whole, with the warp states beside (results/ncu/11_persistent_kernel.stalls.csv).
 # A chapter that fails under ncu is reported and skipped; the exit status says whether any did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,9 +67,23 @@ print(max(1, round(row['kernels_per_step'])), int(round(graphs) == 1))" "$json")
     count=100000  # every launch in the range
     where="the first generation's plain prefill (one-token prompt: B = 32 rows; not its argmax)"
   fi
+  chapter_metrics=$metrics
+  kernels=()
+  if [ "$chapter" = 11_persistent_kernel ]; then
+    # One launch runs every decode step of the generation: that launch is profiled whole
+    # (its DRAM bytes over its time, its occupancy), with the warp states (how many warps
+    # wait for what per issued instruction: the counters' spins, barriers, loads), which
+    # kernel_report.py keeps in results/ncu/11_persistent_kernel.stalls.csv.
+    range="timed run/"
+    skip=0
+    count=1
+    kernels=(--kernel-name regex:persistent_decode)
+    chapter_metrics+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
+    where="the persistent kernel's launch, every decode step of one generation"
+  fi
   echo "$chapter: profiling $where" >&2
-  if ! ncu --nvtx --nvtx-include "$range" --launch-skip "$skip" \
-      --launch-count "$count" --metrics "$metrics" --force-overwrite \
+  if ! ncu --nvtx --nvtx-include "$range" "${kernels[@]}" --launch-skip "$skip" \
+      --launch-count "$count" --metrics "$chapter_metrics" --force-overwrite \
       --export "$scratch/$chapter" \
       "$executable" --batch 32 --new-tokens 100 --runs 1 --warmup 1 --quiet \
       > "$scratch/$chapter.ncu.log" 2>&1 ||
