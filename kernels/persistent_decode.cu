@@ -4,17 +4,13 @@
 // Notation: B rows, C = n_embd, H heads of D = C / H, V vocabulary, e the kernel's decode
 // step (0, 1, ...), s = first_step + e the generation's step, p = first_position + e its
 // cache position. Blocks of 256 threads, one a multiprocessor: the interpreter, with every
-// op's body inlined, takes up to 246 registers a thread, and capped at 128 (two blocks a
+// op's body inlined, takes up to 254 registers a thread, and capped at 128 (two blocks a
 // multiprocessor) it spills.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
-// tile R = 64), the attention's merge state (4.2 KiB), the weight stages' barriers and a
-// few words, static; the weight stages' buffers (persistent_weight_stages.cuh), dynamic:
-// as many 8.25 KiB chunks as the rest of the multiprocessor's shared memory holds (up to
-// kMaxSlots; 22 at R = 64, 24 at R = 32, 25 at R = 16 on sm_90's 227 KiB a block).
+// tile R = 64), the attention's merge state (4.2 KiB) and a few words, static.
 #include "kernels/persistent_decode.cuh"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,7 +27,6 @@
 #include "kernels/kernel_limits.hpp"
 #include "kernels/launch_checks.hpp"
 #include "kernels/layernorm_row.cuh"
-#include "kernels/persistent_weight_stages.cuh"
 
 namespace ladder {
 
@@ -66,7 +61,6 @@ struct KernelArguments {
   LmHeadArguments lm_head;          ///< without logits
   const LmHeadArguments* lm_heads;  ///< with logits kept: one per step, in device memory
   int lm_head_candidates;           ///< the LM head's column tiles: candidates per row
-  int weight_slots;                 ///< the weight stages' 8.25 KiB buffers (dynamic shared memory)
 };
 
 // ---------------------------------------------------------------- counters
@@ -227,96 +221,28 @@ __device__ __forceinline__ void attention_barrier() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kAttentionThreads) : "memory");
 }
 
-// ---------------------------------------------------------------- the weight stream
-
-/// The product arguments an instruction's weight comes from (the LM head's weight is the
-/// same at every step: the first table's).
-template <typename Visit>
-__device__ __forceinline__ void visit_product(const KernelArguments& arguments,
-                                              const PersistentInstruction& instruction,
-                                              const Visit& visit) {
-  if (instruction.which == static_cast<int>(PersistentProduct::kLmHead))
-    visit(arguments.lm_head);
-  else
-    visit(arguments.layer_products[instruction.layer][instruction.which]);
-}
-
-/// Thread 0's walk over the block's weight stream: the instruction (an index into the
-/// block's list) and the chunk of its range whose copy is asked for next.
-struct StreamCursor {
-  int k;
-  int chunk;
-};
-
-/// The chunks of W an instruction reads (0 for every op but a product).
-__device__ __forceinline__ int chunks_of(const KernelArguments& arguments,
-                                         const PersistentInstruction& instruction) {
-  if (static_cast<PersistentOp>(instruction.op) != PersistentOp::kProduct) return 0;
-  int count = 0;
-  visit_product(arguments, instruction, [&](const auto& p) {
-    count = decode_common::chunk_range(p, instruction.unit / p.column_tiles).count;
-  });
-  return count;
-}
-
-/// Thread 0: the chunk at `cursor` (moved first to the next instruction that reads W,
-/// past the end of the block's list to its start: the next step's), then the cursor
-/// moved past it. The block's list holds a product (the caller checked), so the walk
-/// ends within one turn of the list.
-__device__ persistent_stages::ChunkSource next_chunk(const KernelArguments& arguments, int first,
-                                                     int end, StreamCursor& cursor) {
-  const PersistentDecodeLaunch& a = arguments.launch;
-  for (;;) {
-    const PersistentInstruction instruction =
-        a.schedule.instructions[a.schedule.block_instructions[cursor.k]];
-    if (cursor.chunk < chunks_of(arguments, instruction)) {
-      persistent_stages::ChunkSource source{};
-      visit_product(arguments, instruction, [&](const auto& p) {
-        const int split = instruction.unit / p.column_tiles;
-        source = {p.weight, p.N, p.padded_rows / kBfloatTileK, instruction.unit % p.column_tiles,
-                  decode_common::chunk_range(p, split).first + cursor.chunk};
-      });
-      ++cursor.chunk;
-      return source;
-    }
-    cursor.chunk = 0;
-    cursor.k = cursor.k + 1 < end ? cursor.k + 1 : first;
-  }
-}
-
 // ---------------------------------------------------------------- the interpreter
 
-// The steps of one block, as the kernel below runs them: every instruction of its list,
-// step after step, until the stop decision (or a fault) ends them.
+// Math:   every decode step of the generation: the ops of persistent_schedule.hpp, each
+//         instruction the body of the chapter-10 kernel block it stands for.
+// Shapes: PersistentDecodeLaunch; kRows the products' row tile (16, 32 or 64 >= B).
+// Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
+//         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
+//         every step.
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
 template <int kRows>
-__device__ __forceinline__ void run_steps(const KernelArguments& arguments,
-                                          persistent_stages::WeightStages& stages,
-                                          float* product_shared, AttentionShared& attention_shared,
-                                          Candidate* warp_winners, int& stopping) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
+    persistent_decode_kernel(const KernelArguments arguments) {
   const PersistentDecodeLaunch& a = arguments.launch;
+  __shared__ float4 product_storage[decode_bf16::kKGroups * kRows * decode_common::kTileStride / 4];
+  __shared__ AttentionShared attention_shared;
+  __shared__ Candidate warp_winners[kWarps];
+  __shared__ int stopping;  // set once, by thread 0, when the kernel is stopping
+  float* product_shared = reinterpret_cast<float*>(product_storage);
   const int first = a.schedule.block_first[blockIdx.x];
   const int end = a.schedule.block_first[blockIdx.x + 1];
   const int lm_head_candidates = arguments.lm_head_candidates;
-  // Thread 0, the producer: where its walk over the block's weight stream stands, and
-  // whether the block reads any weight at all.
-  StreamCursor cursor{first, 0};
-  bool streams = false;
-  if (threadIdx.x == 0)
-    for (int k = first; k < end && !streams; ++k)
-      streams = chunks_of(arguments, a.schedule.instructions[a.schedule.block_instructions[k]]) > 0;
-  // Asks for chunks while slots are free (without waiting), up to `slots` ahead.
-  const auto fill = [&] {
-    if constexpr (persistent_stages::kStagedWeights)
-      while (streams && stages.asked < stages.read + stages.slots && stages.slot_free(false))
-        stages.ask(next_chunk(arguments, first, end, cursor));
-  };
-  // Makes sure stream position `position` has been asked for (waiting for its slot).
-  const auto ask_up_to = [&](std::uint32_t position) {
-    while (stages.asked <= position) {
-      stages.slot_free(true);
-      stages.ask(next_chunk(arguments, first, end, cursor));
-    }
-  };
+  if (threadIdx.x == 0) stopping = 0;
 
   for (int e = 0;; ++e) {
     const int step = a.first_step + e;
@@ -349,26 +275,12 @@ __device__ __forceinline__ void run_steps(const KernelArguments& arguments,
       // The timeline (profiling only): when the block took the instruction up, when its
       // waits were over (stamped inside `wait`), when it had signalled.
       const bool stamp = a.timeline != nullptr && e == a.timeline_step && threadIdx.x == 0;
-      // Every read chunk is free (the barrier of the instruction before): the copies of
-      // the next chunks start before this instruction's waits.
-      if (threadIdx.x == 0) fill();
       unsigned long long taken_up = 0;
       unsigned long long ready = 0;
       if (stamp) taken_up = global_timer_ns();
       const auto wait = [&] {
         wait_for_counters(a, instruction, index, e, stopping);
         if (stamp) ready = global_timer_ns();
-      };
-      // A product's (split, tile): W from the stages, or (before sm_90) as chapter 10's
-      // block reads it.
-      const auto product_tile = [&](const auto& p, int unit) {
-        if constexpr (persistent_stages::kStagedWeights)
-          persistent_stages::bf16_product_tile_staged<kRows>(p, unit / p.column_tiles,
-                                                             unit % p.column_tiles, product_shared,
-                                                             wait, stages, ask_up_to);
-        else
-          decode_bf16::bf16_product_tile<kRows, true>(p, unit / p.column_tiles,
-                                                      unit % p.column_tiles, product_shared, wait);
       };
       switch (static_cast<PersistentOp>(instruction.op)) {
         case PersistentOp::kEmbedding:
@@ -393,10 +305,15 @@ __device__ __forceinline__ void run_steps(const KernelArguments& arguments,
           if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
             const LmHeadArguments& p =
                 a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
-            product_tile(p, instruction.unit);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           } else {
-            product_tile(arguments.layer_products[instruction.layer][instruction.which],
-                         instruction.unit);
+            const ProductArguments& p =
+                arguments.layer_products[instruction.layer][instruction.which];
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           }
           break;
         }
@@ -433,42 +350,6 @@ __device__ __forceinline__ void run_steps(const KernelArguments& arguments,
   }
 }
 
-// Math:   every decode step of the generation: the ops of persistent_schedule.hpp, each
-//         instruction the body of the chapter-10 kernel block it stands for.
-// Shapes: PersistentDecodeLaunch; kRows the products' row tile (16, 32 or 64 >= B).
-// Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
-//         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
-//         every step.
-// Promises: UBLKCP.S.G SYNCS.PHASECHK.TRANS64.TRYWAIT HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU
-template <int kRows>
-__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
-    persistent_decode_kernel(const KernelArguments arguments) {
-  __shared__ float4 product_storage[decode_bf16::kKGroups * kRows * decode_common::kTileStride / 4];
-  __shared__ AttentionShared attention_shared;
-  __shared__ Candidate warp_winners[kWarps];
-  __shared__ std::uint64_t full[persistent_stages::kMaxSlots];
-  __shared__ std::uint64_t empty[persistent_stages::kMaxSlots];
-  __shared__ int stopping;  // set once, by thread 0, when the kernel is stopping
-  extern __shared__ __align__(128) unsigned char weight_buffers[];
-  persistent_stages::WeightStages stages{weight_buffers,
-                                         full,
-                                         empty,
-                                         static_cast<std::uint32_t>(arguments.weight_slots),
-                                         0,
-                                         0,
-                                         arguments.launch.watchdog_ns};
-  if (threadIdx.x == 0) {
-    stopping = 0;
-    if constexpr (persistent_stages::kStagedWeights) stages.init();
-  }
-  __syncthreads();
-  run_steps<kRows>(arguments, stages, reinterpret_cast<float*>(product_storage), attention_shared,
-                   warp_winners, stopping);
-  // Whatever way the steps ended: no copy may land after the block has gone.
-  if constexpr (persistent_stages::kStagedWeights)
-    if (threadIdx.x == 0) stages.drain();
-}
-
 // ---------------------------------------------------------------- host side
 
 template <int kRows>
@@ -487,36 +368,6 @@ void* kernel_for(int B) {
     default:
       return kernel_address<64>();
   }
-}
-
-/// The weight stages of `kernel` on this device: as many 8.25 KiB slots as its shared
-/// memory holds beside the static (the block's opt-in limit: one block a multiprocessor),
-/// at most kMaxSlots; the kernel's dynamic shared memory set to hold them. None for code
-/// built before sm_90 (persistent_weight_stages.cuh: no bulk copies there).
-struct WeightStageSize {
-  int slots;
-  std::size_t bytes;
-};
-
-WeightStageSize weight_stages_of(const void* kernel) {
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  int opt_in = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&opt_in, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  cudaFuncAttributes attributes{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  if (attributes.binaryVersion < 90) return {0, 0};
-  const long long room =
-      static_cast<long long>(opt_in) - static_cast<long long>(attributes.sharedSizeBytes);
-  const int slots = static_cast<int>(std::min<long long>(
-      persistent_stages::kMaxSlots, std::max(0LL, room / persistent_stages::kSlotBytes)));
-  launch_checks::require(slots >= 2, "launch_persistent_decode",
-                         "the device's shared memory a block holds fewer than two weight "
-                         "stages beside the kernel's own");
-  const std::size_t bytes = static_cast<std::size_t>(slots) * persistent_stages::kSlotBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)));
-  return {slots, bytes};
 }
 
 /// The arguments chapter 10's launch passes for one product (the same plan), with the
@@ -551,10 +402,8 @@ std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits) {
 }
 
 int persistent_decode_blocks_per_multiprocessor(int B) {
-  const WeightStageSize stages = weight_stages_of(kernel_for(B));
   int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads,
-                                                           stages.bytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads, 0));
   return blocks;
 }
 
@@ -677,8 +526,6 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   arguments.lm_head = lm_heads.front();
   arguments.lm_heads = static_cast<const LmHeadArguments*>(a.argument_tables);
   arguments.lm_head_candidates = plan(PersistentProduct::kLmHead).plan.column_tiles;
-  const WeightStageSize stages = weight_stages_of(kernel_for(a.B));
-  arguments.weight_slots = stages.slots;
 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -690,7 +537,7 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   void* kernel_arguments[] = {&arguments};
   CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for(a.B),
                                          dim3(static_cast<unsigned int>(a.schedule.blocks)),
-                                         dim3(kThreads), kernel_arguments, stages.bytes, stream));
+                                         dim3(kThreads), kernel_arguments, 0, stream));
   CUDA_CHECK_LAUNCH(stream);
 }
 

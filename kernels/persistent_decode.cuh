@@ -15,11 +15,9 @@
 //     block meets at __syncthreads: the acquire makes the producers' writes visible to
 //     thread 0, the barrier to the rest of the block (release, acquire and the barriers
 //     order one another transitively);
-//   * a product's weight, which nothing writes, does not wait at all: thread 0 of each
-//     block copies the chunks its coming product instructions read into a ring of
-//     shared-memory buffers with the bulk copy engine, as far ahead as the ring holds
-//     (persistent_weight_stages.cuh), so the weight streams while the block works on
-//     the instructions before and waits for its inputs.
+//   * a product's weight, which nothing writes, is requested before that wait (the
+//     same place where chapter 10's kernels wait for the kernel before them under a
+//     programmatic launch), so it streams while the block waits for its inputs.
 // Between two steps every block waits for the step's stop instruction, which decides,
 // as chapter 08's WHILE loop did, whether another step runs: the loop is on the device
 // and the host launches once and waits once per generation.

@@ -186,8 +186,6 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int /*d
     *value = 9;
   } else if (attribute == cudaDevAttrCooperativeLaunch) {
     *value = 1;
-  } else if (attribute == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
-    *value = 232448;  // sm_90: 227 KiB a block
   } else {
     return cudaErrorInvalidValue;
   }
@@ -246,16 +244,11 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const voi
 }
 
 // Whether a kernel's code holds the sm_90 instructions (programmatic launch, cluster
-// sums) is asked of its build: the report's kernels are sm_90 SASS from compute_90. Its
-// static shared memory (the persistent kernel sizes its weight stages by what is left)
-// from the resources file, where one is given.
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* function) {
+// sums) is asked of its build: the report's kernels are sm_90 SASS from compute_90.
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*function*/) {
   *attributes = cudaFuncAttributes{};
   attributes->binaryVersion = 90;
   attributes->ptxVersion = 90;
-  const Resources& known = resources();
-  const auto found = known.of_offset.find(offset_of(function));
-  if (found != known.of_offset.end()) attributes->sharedSizeBytes = found->second.static_shared;
   return cudaSuccess;
 }
 
