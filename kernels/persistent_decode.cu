@@ -4,7 +4,7 @@
 // Notation: B rows, C = n_embd, H heads of D = C / H, V vocabulary, e the kernel's decode
 // step (0, 1, ...), s = first_step + e the generation's step, p = first_position + e its
 // cache position. Blocks of 256 threads, one a multiprocessor: the interpreter, with every
-// op's body inlined, takes up to 254 registers a thread, and capped at 128 (two blocks a
+// op's body inlined, takes up to 252 registers a thread, and capped at 128 (two blocks a
 // multiprocessor) it spills.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
