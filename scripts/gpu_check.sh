@@ -37,7 +37,8 @@
 #             chapter 10 bit for bit, repeats, the watchdog), then chapters 10 and 11 side
 #             by side at B = 1, 8, 32, 64 (N = 100) and B = 32 at N = 400, one run each
 #             process, the tables and JSON under persistent/ (LADDER_PERSISTENT_RUNS, 5),
-#             and one step's timeline at B = 1 and 32 drawn (persistent/timeline.bB.svg)
+#             and one step's timeline at B = 1 and 32 drawn (persistent/timeline.bB.svg),
+#             packed as persistent.tar.gz
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -384,6 +385,8 @@ if wants persistent; then
       cat "$out/persistent/timeline.b$batch.md"
     note "timeline of one step at B = $batch: exit $?"
   done
+  # One archive: a device call may bring back only so many files.
+  tar -czf "$out/persistent.tar.gz" -C "$out" persistent && rm -rf "$out/persistent"
 fi
 
 if wants micro; then
