@@ -385,7 +385,7 @@ if wants persistent; then
       cat "$out/persistent/timeline.b$batch.md"
     note "timeline of one step at B = $batch: exit $?"
   done
-  # One archive: a device call may bring back only so many files.
+  # One archive: a remote run may copy back only so many files.
   tar -czf "$out/persistent.tar.gz" -C "$out" persistent && rm -rf "$out/persistent"
 fi
 
