@@ -720,7 +720,7 @@ def import_ncu(raw_csv, chapter):
             writer.writerow([name, count, f"{duration:.3f}", f"{read:.0f}", f"{written:.0f}",
                              f"{weighted / duration if duration else 0:.1f}"])
     print(f"wrote {os.path.relpath(path, ROOT)} ({len(launches)} launches, {len(totals)} kernels)")
-    import_stalls(launches, chapter, lambda row, metric: value(row, metric))
+    import_stalls(launches, chapter, value)
 
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
