@@ -37,7 +37,7 @@ using decode_common::kThreads;  // 256, every instruction's block
 using ProductArguments = decode_bf16::DecodeMatmulBf16Arguments<bf16>;
 using LmHeadArguments = decode_bf16::DecodeMatmulBf16Arguments<float>;
 
-constexpr int kBlocksPerMultiprocessor = 1;
+constexpr int kBlocksPerMultiprocessor = 2;
 constexpr int kWarps = kThreads / kWarpSize;
 static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of the kernel");
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
