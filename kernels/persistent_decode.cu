@@ -3,9 +3,10 @@
 //
 // Notation: B rows, C = n_embd, H heads of D = C / H, V vocabulary, e the kernel's decode
 // step (0, 1, ...), s = first_step + e the generation's step, p = first_position + e its
-// cache position. Blocks of 256 threads, one a multiprocessor: the interpreter, with every
-// op's body inlined, takes up to 252 registers a thread, and capped at 128 (two blocks a
-// multiprocessor) it spills.
+// cache position. Blocks of 256 threads, two a multiprocessor: while one block waits on its
+// counters, the other works. The interpreter, with every op's body inlined, would take up to
+// 252 registers a thread; capped at 128 it spills a little (the leave above the kernel), and
+// the step still runs in 0.74-0.84 of its time at one block a multiprocessor.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
 // tile R = 64), the attention's merge state (4.2 KiB) and a few words, static.
@@ -230,6 +231,8 @@ __device__ __forceinline__ void attention_barrier() {
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
 // Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
+// Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
+// measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     persistent_decode_kernel(const KernelArguments arguments) {
