@@ -37,8 +37,9 @@
 #             chapter 10 bit for bit, repeats, the watchdog), then chapters 10 and 11 side
 #             by side at B = 1, 8, 32, 64 (N = 100) and B = 32 at N = 400, one run each
 #             process, the tables and JSON under persistent/ (LADDER_PERSISTENT_RUNS, 5),
-#             and one step's timeline at B = 1 and 32 drawn (persistent/timeline.bB.svg),
-#             packed as persistent.tar.gz
+#             and one step's timeline at B = 1 and 32 drawn (persistent/timeline.bB.svg,
+#             and its layer 5 alone, timeline.bB.layer5.svg: chapter 11's picture), packed
+#             as persistent.tar.gz
 #   ladder    the main job without PyTorch (scripts/run_ladder.sh --no-pytorch; LADDER_RUNS),
 #             into $OUT/ladder.tar.gz (its results/latest to commit, with LADDER_COMMIT set)
 #   pytorch   scripts/pytorch_baseline.py at N = 100, 200, 400 into the same results
@@ -382,6 +383,8 @@ if wants persistent; then
       --warmup 1 --quiet > "$out/logs/timeline.b$batch.log" 2>&1 &&
       python3 scripts/render_persistent_timeline.py "$out/persistent/timeline.b$batch.csv" \
         "$out/persistent/timeline.b$batch.svg" "$out/persistent/timeline.b$batch.md" &&
+      python3 scripts/render_persistent_timeline.py "$out/persistent/timeline.b$batch.csv" \
+        "$out/persistent/timeline.b$batch.layer5.svg" /dev/null --layer 5 &&
       cat "$out/persistent/timeline.b$batch.md"
     note "timeline of one step at B = $batch: exit $?"
   done

@@ -19,8 +19,8 @@ and cuobjdump (the CUDA toolkit's, or pip's nvidia-cuda-cuobjdump); no GPU. It r
   * tests/kernel_occupancy: cuda_occupancy.h's resident blocks per SM on each preset
     architecture;
   * chapters/NN_*/: the chapters; results/profile/NN_*.kernel_profile.txt: the kernels
-    each one launched and their GPU time (CUPTI), results/latest/NN_*.json: the copy
-    bandwidth of that run; results/ncu/NN_*.csv, once committed: Nsight Compute's
+    each one launched, their GPU time (CUPTI) and the copy bandwidth of that run (else
+    results/latest/NN_*.json's); results/ncu/NN_*.csv, once committed: Nsight Compute's
     measurements (scripts/profile_kernels.sh).
 The check (--check) fails when a kernel on a chapter's path uses local memory (spills;
 more than a line `// Spills: at most N bytes ...` just above the kernel allows, where
@@ -406,10 +406,27 @@ def traced_kernels(chapter):
 
 
 def copy_bandwidth(chapter):
+    """The copy bandwidth of the run that traced the chapter (its kernel profile's line), so
+    the trace's times are set against their own GPU; else results/latest's."""
+    profile = os.path.join(ROOT, "results", "profile", f"{chapter}.kernel_profile.txt")
+    if os.path.exists(profile):
+        with open(profile, encoding="utf-8") as handle:
+            match = re.search(r"copy bandwidth measured in this run: ([\d.]+) TB/s", handle.read())
+        if match:
+            return float(match.group(1)) * 1e12
     path = os.path.join(ROOT, "results", "latest", f"{chapter}.json")
     if not os.path.exists(path):
         return None
     return json.load(open(path, encoding="utf-8")).get("copy_bandwidth_bytes_per_s")
+
+
+def ncu_copy_bandwidth(chapter):
+    """The copy bandwidth of the main-job run results/ncu was profiled beside
+    (results/ncu/run.json, which scripts/profile_kernels.sh copies), else copy_bandwidth's."""
+    path = os.path.join(ROOT, "results", "ncu", "run.json")
+    if os.path.exists(path):
+        return json.load(open(path, encoding="utf-8")).get("copy_bandwidth_bytes_per_s")
+    return copy_bandwidth(chapter)
 
 
 def measured_by_ncu(chapter):
@@ -544,7 +561,7 @@ def render(build, kernels, configurations, occupancy_of, promises):
             info = kernels.get(name)
             launches_text = f"{launches:.1f}" if launches is not None else "-"
             took_text = f"{us:.1f} us" if us is not None else "-"
-            ncu_text = ncu_cell(ncu, name, bandwidth)
+            ncu_text = ncu_cell(ncu, name, ncu_copy_bandwidth(chapter))
             if info is None:
                 owner = ("not in this build: renamed or removed since the trace" if ours
                          else "library")

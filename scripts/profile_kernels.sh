@@ -96,5 +96,9 @@ print(max(1, round(row['kernels_per_step'])), int(round(graphs) == 1))" "$json")
     failed=1
   fi
 done
+# The run these profiles stand beside: kernel_report.py sets ncu's bandwidths against its
+# copy bandwidth (the same GPU when the profile runs in the main job's call).
+cp "${LADDER_PROFILE_RESULTS:-results/latest}/run.json" results/ncu/run.json 2>/dev/null ||
+  echo "note: no run.json beside the chapters' results to copy into results/ncu" >&2
 echo "now: python3 scripts/kernel_report.py --build $build, and commit results/ncu and docs/kernels.md" >&2
 exit "$failed"

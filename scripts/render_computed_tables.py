@@ -41,9 +41,9 @@ on their lines; its first line names the sources. The blocks:
       position; logits B * vocab_size * 4 in both (floor_bytes() counts them as fp32)
   docs/workshop.md                    computed:other-gpus
       the floor bytes of 06_stream_interleaving(.sweep).json (floor_s x its own
-      copy_bandwidth_bytes_per_s) over run.json's bandwidth for the H200 row, and over
-      datasheet bandwidth x (run.json's bandwidth / the H200's datasheet 4.8 TB/s) for
-      the others (DATASHEET_BANDWIDTH below, with its sources)
+      copy_bandwidth_bytes_per_s) over run.json's bandwidth for the row of run.json's
+      GPU, and over datasheet bandwidth x (run.json's bandwidth / that GPU's datasheet
+      bandwidth) for the others (DATASHEET_BANDWIDTH below, with its sources)
 
     python3 scripts/render_computed_tables.py           # rewrite the blocks
     python3 scripts/render_computed_tables.py --check   # write nothing; exit 1 naming stale files
@@ -80,7 +80,17 @@ DATASHEET_BANDWIDTH = [
     ("A10", "0.600"),
     ("L4", "0.300"),
 ]
-MEASURED_GPU = "H200"  # the GPU of results/latest (run.json's "gpu" says NVIDIA H200)
+
+
+def measured_gpu(name: str) -> str:
+    """The DATASHEET_BANDWIDTH row of run.json's GPU ("NVIDIA H100 80GB HBM3": H100 SXM)."""
+    if "H100" in name:
+        return "H100 PCIe" if "PCIe" in name else "H100 SXM"
+    for gpu, _ in DATASHEET_BANDWIDTH:
+        if gpu.split(" ")[0] in name:
+            return gpu
+    fail(f"{RESULTS}/run.json names GPU '{name}', which has no datasheet bandwidth in "
+         "DATASHEET_BANDWIDTH (add it, with its source)")
 
 # The launches of one decode step, as chapters 04 and 05 enqueue them: (count, name,
 # plural); "per layer" runs n_layer times.
@@ -130,6 +140,7 @@ class Sources:
         self.counts = cpp_int_list(root, "common/cli.hpp", "new_token_counts")
         self.prompt = 1  # BOS prompts
         self.bandwidth = self.json("run.json")["copy_bandwidth_bytes_per_s"]
+        self.gpu = measured_gpu(self.json("run.json").get("gpu", ""))
 
     def json(self, name: str) -> dict:
         path = self.root / RESULTS / name
@@ -335,11 +346,11 @@ def other_gpus(s: Sources) -> str:
     columns = [(f"{chapter}.json", s.batch, n_small), (f"{chapter}.json", s.batch, n_large),
                (f"{chapter}.sweep.json", 1, n_small)]
     floor_bytes = [s.floor(name, b, n)[1] for name, b, n in columns]
-    reference = dict(DATASHEET_BANDWIDTH)[MEASURED_GPU]
+    reference = dict(DATASHEET_BANDWIDTH)[s.gpu]
     fraction = s.bandwidth / (float(reference) * 1e12)
     rows = []
     for gpu, datasheet in DATASHEET_BANDWIDTH:
-        if gpu == MEASURED_GPU:
+        if gpu == s.gpu:
             rows.append([f"{gpu} (measured: `{RESULTS}`)", datasheet_text(datasheet)]
                         + [measured_ms(size / s.bandwidth) for size in floor_bytes])
         else:

@@ -3,7 +3,7 @@
 
     LADDER_PERSISTENT_TIMELINE=/tmp/step.csv build/current/chapters/11_persistent_kernel \\
         --batch 1 --new-tokens 100 --runs 1 --warmup 1
-    python3 scripts/render_persistent_timeline.py /tmp/step.csv OUT.svg OUT.md
+    python3 scripts/render_persistent_timeline.py /tmp/step.csv OUT.svg OUT.md [--layer L]
 
 The CSV (chapters/11_persistent_kernel/persistent_kernel.cpp, write_timeline) holds, for
 every instruction of the generation's middle step, its block and when it was taken up,
@@ -11,7 +11,8 @@ when its waits were over and when it had signalled (ns from the step's first sta
 OUT.svg: blocks (rows) against time, one bar per instruction, pale while it waits for its
 counters and coloured by op while it works and signals. OUT.md: per op, how many
 instructions, and the mean and the largest microseconds spent waiting and working; and the
-step's span. Needs no GPU and nothing beyond Python's standard library.
+step's span. With --layer L the picture holds layer L's instructions only, over the time
+they span (the table still sums the whole step). Needs no GPU and nothing beyond Python's standard library.
 """
 
 import csv
@@ -36,21 +37,28 @@ def read(path):
     return rows
 
 
-def svg(rows, width=960, row_height=3):
+def svg(rows, width=960, row_height=3, layer=None):
     blocks = max(row["block"] for row in rows) + 1
-    span = max(row["done_ns"] for row in rows) or 1
+    title = "one decode step"
+    if layer is not None:
+        rows = [row for row in rows if row["layer"] == layer]
+        if not rows:
+            sys.exit(f"render_persistent_timeline.py: no instruction of layer {layer}")
+        title = f"layer {layer} of one decode step"
+    start = min(row["taken_up_ns"] for row in rows) if layer is not None else 0
+    span = (max(row["done_ns"] for row in rows) - start) or 1
     left, top = 50, 20
     height = top + blocks * row_height + 30
     scale = (width - left - 10) / span
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-             f'<text x="{left}" y="14">one decode step, {blocks} blocks (rows), '
+             f'<text x="{left}" y="14">{title}, {blocks} blocks (rows), '
              f'{span / 1e3:.1f} µs; pale: waiting for counters</text>']
     for row in rows:
         y = top + row["block"] * row_height
-        x0 = left + row["taken_up_ns"] * scale
-        x1 = left + row["ready_ns"] * scale
-        x2 = left + row["done_ns"] * scale
+        x0 = left + (row["taken_up_ns"] - start) * scale
+        x1 = left + (row["ready_ns"] - start) * scale
+        x2 = left + (row["done_ns"] - start) * scale
         colour = COLOURS.get(row["op"], "#7f7f7f")
         parts.append(f'<rect x="{x0:.1f}" y="{y}" width="{max(x1 - x0, 0.2):.1f}" '
                      f'height="{row_height}" fill="{colour}" fill-opacity="0.25"/>')
@@ -90,12 +98,21 @@ def summary(rows):
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit("usage: render_persistent_timeline.py TIMELINE.csv OUT.svg OUT.md")
-    rows = read(sys.argv[1])
-    with open(sys.argv[2], "w", encoding="utf-8") as file:
-        file.write(svg(rows))
-    with open(sys.argv[3], "w", encoding="utf-8") as file:
+    arguments = sys.argv[1:]
+    layer = None
+    if len(arguments) == 5 and arguments[3] == "--layer":
+        try:
+            layer = int(arguments[4])
+        except ValueError:
+            sys.exit(f"render_persistent_timeline.py: --layer takes a layer number, not "
+                     f"'{arguments[4]}'")
+        arguments = arguments[:3]
+    if len(arguments) != 3:
+        sys.exit("usage: render_persistent_timeline.py TIMELINE.csv OUT.svg OUT.md [--layer L]")
+    rows = read(arguments[0])
+    with open(arguments[1], "w", encoding="utf-8") as file:
+        file.write(svg(rows, layer=layer))
+    with open(arguments[2], "w", encoding="utf-8") as file:
         file.write(summary(rows))
 
 

@@ -123,6 +123,9 @@ class Report:
     # Whether each configuration's memory was measured from an empty allocator cache
     # (the chapters' JSON says so since the runner empties it; PyTorch always did).
     memory_from_empty_cache: bool = True
+    # False where a file of this report says the run stopped before its last configuration
+    # (a time limit): its missing rows are not failures, they were never run.
+    complete: bool = True
 
     @property
     def is_pytorch(self) -> bool:
@@ -194,6 +197,8 @@ def load_results(directory: pathlib.Path):
                 precision=key[1], device=document.get("device", ""),
                 copy_bandwidth=document.get("copy_bandwidth_bytes_per_s") or 0.0,
                 framework=document.get("framework") or {})
+        if document.get("complete") is False:
+            report.complete = False
         if not report.is_pytorch and not document.get("memory_from_empty_cache"):
             report.memory_from_empty_cache = False
         for configuration in document["configurations"]:
@@ -616,9 +621,10 @@ def compact_table(reports, layout, token_counts, comparisons, reference_name) ->
 
 
 def headline(ladder, pytorch, layout) -> list:
-    """The README's first sentence on speed: at B = layout.batch and the smallest N, for each
-    precision the ladder ran, its last rung against the fastest PyTorch row of the same
-    precision, batch and N in the same run; said plainly where the run has no such row."""
+    """The README's first sentences on speed: at B = layout.batch and the smallest N, for each
+    precision the ladder ran, its fastest rung and its last (one sentence where they are the
+    same) against the fastest PyTorch row of the same precision, batch and N in the same
+    run, as faster or slower; said plainly where the run has no such row."""
     sentences = []
     for precision in [p for p in PRECISION_ORDER if any(r.precision == p for r in ladder)]:
         rungs = [r for r in ladder if r.precision == precision and r.chapter[:2].isdigit()
@@ -627,18 +633,23 @@ def headline(ladder, pytorch, layout) -> list:
             continue
         last = max(rungs, key=lambda r: r.chapter)
         key = min(last.main_sizes_at(layout), key=lambda k: k[1])
-        mine = last.rows[key]["ms_per_step"]
+        timed = [r for r in rungs if key in r.rows]
+        fastest = min(timed, key=lambda r: r.rows[key]["ms_per_step"])
         rivals = [(r.rows[key]["ms_per_step"], r) for r in pytorch
                   if r.precision == precision and key in r.rows]
         where = f"{precision}, B = {key[0]}, N = {key[1]}"
-        if not rivals:
-            sentences.append(f"{last.label} ({where}): {mine:.3f} ms a step; this run has no "
-                             f"PyTorch row at that precision, batch and N to set beside it.")
-            continue
-        best, rival = min(rivals, key=lambda pair: pair[0])
-        sentences.append(f"{last.label} ({where}): {mine:.3f} ms a step against {best:.3f} ms "
-                         f"for the fastest PyTorch variant of the same run ({rival.label}), "
-                         f"{best / mine:.2f}x.")
+        for rung in [fastest] + ([last] if last is not fastest else []):
+            mine = rung.rows[key]["ms_per_step"]
+            if not rivals:
+                sentences.append(f"{rung.label} ({where}): {mine:.3f} ms a step; this run has "
+                                 "no PyTorch row at that precision, batch and N to set beside it.")
+                continue
+            best, rival = min(rivals, key=lambda pair: pair[0])
+            verdict = (f"{best / mine:.2f}x faster" if mine <= best else
+                       f"{mine / best:.2f}x slower")
+            sentences.append(f"{rung.label} ({where}): {mine:.3f} ms a step against {best:.3f} "
+                             f"ms for the fastest PyTorch variant of the same run "
+                             f"({rival.label}), {verdict}.")
     return sentences
 
 
@@ -646,7 +657,8 @@ def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
     lines = [generated_note(results_name), "", run_line(run, ladder + pytorch, results_name), ""]
     lead = headline(ladder, pytorch, layout)
     if lead:
-        lines += ["The last rung against what a PyTorch user would run, same run, same GPU:", ""]
+        lines += ["Each precision's fastest rung and its last against what a PyTorch user would "
+                  "run, same run, same GPU:", ""]
         lines += [f"- {sentence}" for sentence in lead] + [""]
         compiled = {"pytorch_hf_static_compiled", "pytorch_static_step_compiled"}
         if not any(report.chapter in compiled for report in pytorch):
@@ -663,6 +675,11 @@ def readme_block(run, ladder, pytorch, layout, results_name, plots) -> str:
     if pytorch and token_counts:
         lines += ["The PyTorch variants of `scripts/pytorch_baseline.py` (Hugging Face GPT-2) on the same GPU:", ""]
         lines += compact_table(pytorch, layout, token_counts, Comparisons(pytorch), "naive") + [""]
+    unfinished = [f"{report.label} ({report.precision}, {len(report.rows)} configurations)"
+                  for report in ladder + pytorch if not report.complete]
+    if unfinished:
+        lines += ["Stopped by the job's time limit before their last configuration, so some "
+                  "cells above are empty: " + "; ".join(unfinished) + ".", ""]
     if "time_per_chapter" in plots:
         lines += [f"![Time per chapter](docs/images/{PLOTS['time_per_chapter']})", ""]
     lines.append("Every column, the batch sweep and the plots: [the results page](docs/results.md).")

@@ -51,7 +51,9 @@ call() {  # call N [VAR=VALUE ...]: gpu_check.sh ladder pytorch as call N
     fail "call $number exited with $?"
 }
 packed() {  # packed N FILE: whether call N's ladder.tar.gz holds ladder/FILE
-  tar -tzf "$work/out$1/ladder.tar.gz" 2> /dev/null | grep -qx "ladder/$2"
+  # grep reads the whole listing (no -q): a grep that quits at its first match can leave
+  # tar writing into a closed pipe, and pipefail turns that SIGPIPE into "not packed".
+  tar -tzf "$work/out$1/ladder.tar.gz" 2> /dev/null | grep -x "ladder/$2" > /dev/null
 }
 
 call 1 LADDER_MAIN_JOB_DIR="$work/job"

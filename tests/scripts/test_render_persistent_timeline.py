@@ -13,12 +13,12 @@ SCRIPT = os.path.join(ROOT, "scripts", "render_persistent_timeline.py")
 HEADER = "instruction,block,op,layer,what,taken_up_ns,ready_ns,done_ns\n"
 
 
-def run(directory, text):
+def run(directory, text, *flags):
     timeline = os.path.join(directory, "step.csv")
     with open(timeline, "w", encoding="utf-8") as file:
         file.write(HEADER + text)
     picture, table = os.path.join(directory, "step.svg"), os.path.join(directory, "step.md")
-    result = subprocess.run([sys.executable, SCRIPT, timeline, picture, table],
+    result = subprocess.run([sys.executable, SCRIPT, timeline, picture, table, *flags],
                             capture_output=True, text=True, check=False)
     return result, picture, table
 
@@ -38,6 +38,23 @@ def main():
             text = file.read()
         assert "4 instructions on 2 blocks, 10.0 µs" in text, text
         assert "| product | 2 | 3.00 | 4.00 | 3.50 | 4.00 |" in text, text
+        # --layer 0: layer 0's three instructions only, over their own 10 µs.
+        result, picture, table = run(directory, (
+            '0,0,0,-1,"the embedding of row 0",0,1000,2000\n'
+            '1,1,1,0,"layer 0, ln_1 of row 0",0,3000,4000\n'
+            '2,0,2,0,"layer 0, qkv product, split 0 of column tile 0",2000,6000,9000\n'
+            '3,1,2,0,"layer 0, qkv product, split 0 of column tile 1",4000,6000,10000\n'
+            '4,1,2,1,"layer 1, qkv product, split 0 of column tile 0",20000,26000,30000\n'),
+            "--layer", "0")
+        assert result.returncode == 0, result.stderr
+        with open(picture, encoding="utf-8") as file:
+            drawing = file.read()
+        assert drawing.count("<rect") == 2 * 3 + 6, drawing.count("<rect")
+        assert "layer 0 of one decode step, 2 blocks (rows), 10.0 µs" in drawing, drawing[:300]
+        with open(table, encoding="utf-8") as file:
+            assert "5 instructions on 2 blocks, 30.0 µs" in file.read()
+        result, _, _ = run(directory, '0,0,0,-1,"x",0,1000,2000\n', "--layer", "3")
+        assert result.returncode != 0 and "no instruction of layer 3" in result.stderr, result
         result, _, _ = run(directory, '0,0,0,-1,"x",5000,1000,2000\n')
         assert result.returncode != 0 and "out of order" in result.stderr, result
     print("test_render_persistent_timeline.py: ok")
