@@ -30,6 +30,10 @@ and writes, always generated and never edited by hand:
                                          sizes/), one line per rung and compiled anchor, at
                                          B = 1 and 32, N = 100; "not measured" where the run
                                          has no such row
+  docs/workshop.md                       between <!-- card:NN:begin --> and
+                                         <!-- card:NN:end -->: chapter NN's card's *Compare*
+                                         (its ratios to the rung before, and the columns its
+                                         card asks about, from this run)
   docs/workshop.md                       between <!-- peak-reserved:begin --> and
                                          <!-- peak-reserved:end -->: every chapter's peak
                                          reserved bytes at the main batch (smallest and
@@ -593,6 +597,148 @@ def peak_reserved_block(ladder, layout, results_name) -> str:
                  else "—" for size in columns]
         lines.append("| " + " | ".join([escape(label)] + cells) + " |")
     return "\n".join(lines)
+
+
+CARD_BEGIN = re.compile(r"^[ \t]*(<!-- card:(\d\d):begin -->)[ \t]*$", re.MULTILINE)
+CPU_FILE = "results/cpu/00_cpu_reference.txt"
+
+
+class CardFigures:
+    """The figures the workshop's chapter cards compare, read from one run's reports."""
+
+    def __init__(self, ladder, root):
+        self.ladder, self.root = ladder, root
+        self.comparisons = Comparisons(ladder)
+
+    def report(self, number: str, precision: str = "fp32"):
+        for report in self.ladder:
+            if report.chapter.startswith(number + "_") and report.precision == precision:
+                return report
+        fail(f"workshop card: no chapter {number} ({precision}) in the run")
+
+    def row(self, report, batch: int, new_tokens: int = 100) -> dict:
+        if (batch, new_tokens) not in report.rows:
+            fail(f"workshop card: {report.chapter} has no B = {batch}, N = {new_tokens}")
+        return report.rows[(batch, new_tokens)]
+
+    def previous(self, report, batch: int, new_tokens: int = 100) -> str:
+        self.row(report, batch, new_tokens)
+        return f"{self.comparisons.speedups(report, (batch, new_tokens))[1]:.2f}"
+
+    def previous_range(self, report) -> str:
+        values = [self.comparisons.speedups(report, size)[1] for size in sorted(report.rows)
+                  if size[1] == 100]
+        low, high = min(values), max(values)
+        return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+
+    def ms(self, report, batch: int, new_tokens: int = 100) -> str:
+        return f"{self.row(report, batch, new_tokens)['ms_per_step']:.3g} ms"
+
+    def floor(self, report, batch: int, new_tokens: int = 100) -> str:
+        row = self.row(report, batch, new_tokens)
+        return f"{row['median_s'] / row['floor_s']:.1f}"
+
+    def field(self, report, name: str, batch: int, new_tokens: int = 100, scale=1.0,
+              digits=1) -> str:
+        value = self.row(report, batch, new_tokens).get(name)
+        if value is None:
+            fail(f"workshop card: {report.chapter} B = {batch}, N = {new_tokens} has no {name}")
+        return f"{value * scale:.{digits}f}"
+
+    def rest_on_top(self, report, batch: int, new_tokens: int) -> str:
+        row = self.row(report, batch, new_tokens)
+        return f"{100 * (row['median_s'] / row['steps'] / row['matmul_s_per_step'] - 1):+.0f}%"
+
+    def cpu_ms(self) -> str:
+        """Chapter 00's ms a step at B = 1 from its committed CPU run."""
+        path = self.root / CPU_FILE
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            fields = line.split()
+            if len(fields) > 9 and fields[:2] == ["1", "8"] and fields[2] == "8":
+                return fields[10]
+        fail(f"workshop card: {CPU_FILE} has no B = 1, N = 8 row")
+
+
+def card_compare(number: str, f: CardFigures) -> str:
+    """The *Compare* sentence of chapter `number`'s workshop card."""
+    if number == "00":
+        cpu, gpu = float(f.cpu_ms()), f.row(f.report("01"), 1)["ms_per_step"]
+        return (f"{cpu:.0f} ms a step at B = 1 on a 2-core CI machine (`{CPU_FILE}`) against "
+                f"chapter 01's {gpu:.3g} ms: about {cpu / gpu:.0f} times.")
+    if number == "01":
+        r = f.report("01")
+        one, many = f.row(r, 1)["ms_per_step"], f.row(r, 32)["ms_per_step"]
+        return (f"{f.ms(r, 1)} at B = 1, {f.ms(r, 32)} at B = 32 ({many / one:.1f} times for 32 "
+                f"times the rows), {f.floor(r, 1)} and {f.floor(r, 32)} times the floor; "
+                f"`syncs/step` {f.field(r, 'host_syncs_per_step', 32, digits=2)}.")
+    if number == "02":
+        r = f.report("02")
+        return (f"{f.previous(r, 1)} times chapter 01 at B = 1, {f.previous(r, 32)} at B = 32, "
+                f"{f.previous(r, 64)} at B = 64; "
+                f"{f.field(r, 'allocations_per_step', 32, digits=0)} allocations a step; `frag` "
+                f"{f.field(r, 'fragmentation', 32, 400, 100, 0)}% at N = 400 "
+                f"({format_bytes(f.row(r, 32, 400)['peak_reserved_bytes'])} reserved).")
+    if number == "03":
+        r, before = f.report("03"), f.report("02")
+        return (f"{f.previous_range(r)} times chapter 02 at N = 100; `peak resv` "
+                f"{format_bytes(f.row(before, 32, 400)['peak_reserved_bytes'])} -> "
+                f"{format_bytes(f.row(r, 32, 400)['peak_reserved_bytes'])} at N = 400, `frag` "
+                f"{f.field(before, 'fragmentation', 32, 400, 100, 0)}% -> "
+                f"{f.field(r, 'fragmentation', 32, 400, 100, 0)}%.")
+    if number == "04":
+        r, before = f.report("04"), f.report("03")
+        return (f"`alloc/step` {f.field(before, 'allocations_per_step', 32, digits=0)} -> "
+                f"{f.field(r, 'allocations_per_step', 32, digits=0)}; {f.previous(r, 1)} times "
+                f"chapter 03 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` of the "
+                f"matmuls {f.rest_on_top(r, 32, 100)} at N = 100, {f.rest_on_top(r, 32, 400)} "
+                "at N = 400.")
+    if number == "05":
+        r, before = f.report("05"), f.report("04")
+        return (f"`kernels/step` {f.field(before, 'kernels_per_step', 32, digits=0)} -> "
+                f"{f.field(r, 'kernels_per_step', 32, digits=0)} at B = 32; {f.previous(r, 1)} "
+                f"times chapter 04 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` "
+                f"{f.rest_on_top(before, 32, 100)} -> {f.rest_on_top(r, 32, 100)}.")
+    if number == "06":
+        r, before = f.report("06"), f.report("05")
+        gap = "gpu_idle_between_steps_s"
+        return (f"idle between steps {f.field(before, gap, 32, scale=1e6)} -> "
+                f"{f.field(r, gap, 32, scale=1e6)} µs at B = 32; {f.previous(r, 1)} times "
+                f"chapter 05 at B = 1, {f.previous(r, 32)} at B = 32.")
+    if number == "07":
+        r, before = f.report("07"), f.report("06")
+        return (f"{f.previous(r, 1)} times chapter 06 at B = 1, {f.previous(r, 32)} at B = 32: "
+                f"a graph launch a step instead of "
+                f"~{f.field(before, 'kernels_per_step', 32, digits=0)} launches.")
+    if number == "08":
+        return (f"{f.previous_range(f.report('08'))} times chapter 07 across B = 1-64; one "
+                "launch and one wait a generation.")
+    if number in ("09", "10", "11"):
+        precision = "fp32" if number == "09" else "bf16"
+        r = f.report(number, precision)
+        before = {"09": "08", "10": "09", "11": "10"}[number]
+        ratios = ", ".join(f.previous(r, b) for b in (1, 8, 32))
+        text = (f"{ratios} and {f.previous(r, 64)} times chapter {before} at B = 1, 8, 32 and "
+                "64")
+        if number == "09":
+            b = f.report("08")
+            return (text + f"; `kernels/step` {f.field(b, 'kernels_per_step', 8, digits=0)} -> "
+                    f"{f.field(r, 'kernels_per_step', 8, digits=0)} at B = 8.")
+        if number == "10":
+            return text + f"; its `× floor` ({f.floor(r, 1)} at B = 1) is against the bf16 floor."
+        ten = f.report("10", "bf16")
+        differ = [str(b) for b in (1, 8, 32, 64)
+                  if f.row(r, b).get("token_hash") != f.row(ten, b).get("token_hash")]
+        tokens = ("chapter 10's tokens hash at every batch" if not differ else
+                  f"**tokens unlike chapter 10's** at B = {', '.join(differ)}")
+        return (text + f" (below 1: slower), `kernels/step` "
+                f"{f.field(r, 'kernels_per_step', 32)} at B = 32, {tokens}.")
+    fail(f"workshop card: no figures for chapter {number}")
+
+
+def card_block(number: str, figures: CardFigures, run, results_name) -> str:
+    gpu = run.get("gpu", "the run's GPU")
+    return (generated_note(results_name) + "\n\n" + f"*Compare* (`{results_name}`, {gpu}): "
+            + card_compare(number, figures))
 
 
 def compact_table(reports, layout, token_counts, comparisons, reference_name) -> list:
@@ -1324,6 +1470,14 @@ def main(argv) -> int:
                 and writer.replace_between(workshop, PEAK_RESERVED_BEGIN, PEAK_RESERVED_END,
                                            peak_reserved_block(ladder, layout, results_name))):
             written.append(workshop)
+        if ladder and workshop.exists():
+            figures = CardFigures(ladder, args.root)
+            for card in list(CARD_BEGIN.finditer(workshop.read_text())):
+                if writer.replace_between(workshop, card.group(1),
+                                          f"<!-- card:{card.group(2)}:end -->",
+                                          card_block(card.group(2), figures, run, results_name)):
+                    if workshop not in written:
+                        written.append(workshop)
         measured = {report.chapter for report in ladder if report.precision in PAGE_PRECISIONS}
         written += [page for page in render_unmeasured_chapters(args.root, measured, results_name,
                                                                 writer) if page not in written]
