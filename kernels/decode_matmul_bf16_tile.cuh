@@ -109,35 +109,6 @@ __device__ __forceinline__ TileLane tile_lane(const DecodeMatmulBf16Arguments<Ou
   return place;
 }
 
-/// Asks for the weight bytes block (split, tile) will read to be brought into L2, without
-/// waiting for them and without registers to hold them: the persistent decode kernel asks
-/// this for its next instruction while the current one waits and works. The packed layout
-/// keeps the tile's columns of one octet of inputs together, 16 bytes a column, so each
-/// octet of the block's range is one run of up to 1 KiB: one cp.async.bulk.prefetch.L2 a
-/// run on sm_90, a prefetch.global.L2 a 128-byte line before.
-template <typename Out>
-__device__ __forceinline__ void prefetch_tile_weights(const DecodeMatmulBf16Arguments<Out>& a,
-                                                      int split, int tile) {
-  const ChunkRange range = chunk_range(a, split);
-  const int first_octet = range.first * kOctetsPerChunk;
-  const int end_octet =
-      min(a.padded_rows / kBfloatTileK, (range.first + range.count) * kOctetsPerChunk);
-  const int first_column = tile * kTileColumns;
-  const unsigned bytes = static_cast<unsigned>(min(kTileColumns, a.N - first_column)) *
-                         kBfloatTileK * sizeof(__nv_bfloat16);
-  for (int octet = first_octet + static_cast<int>(threadIdx.x); octet < end_octet;
-       octet += static_cast<int>(blockDim.x)) {
-    const __nv_bfloat16* run =
-        a.weight + (static_cast<std::size_t>(octet) * a.N + first_column) * kBfloatTileK;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(run), "r"(bytes) : "memory");
-#else
-    for (unsigned line = 0; line < bytes; line += 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(run) + line));
-#endif
-  }
-}
-
 /// sums += x W for one chunk: the lane's 8 inputs from k of x's rows, times its two pieces
 /// of W (8 inputs of one column each), on the tensor cores.
 template <int kRows, bool kXVector, typename Out>

@@ -224,23 +224,6 @@ __device__ __forceinline__ void attention_barrier() {
 
 // ---------------------------------------------------------------- the interpreter
 
-// The weight of a product instruction, asked into L2 ahead of it (prefetch_tile_weights).
-__device__ __forceinline__ void prefetch_product_weights(const KernelArguments& arguments,
-                                                         const PersistentInstruction& instruction,
-                                                         int step) {
-  const PersistentDecodeLaunch& a = arguments.launch;
-  if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
-    const LmHeadArguments& p =
-        a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
-    decode_bf16::prefetch_tile_weights(p, instruction.unit / p.column_tiles,
-                                       instruction.unit % p.column_tiles);
-  } else {
-    const ProductArguments& p = arguments.layer_products[instruction.layer][instruction.which];
-    decode_bf16::prefetch_tile_weights(p, instruction.unit / p.column_tiles,
-                                       instruction.unit % p.column_tiles);
-  }
-}
-
 // Math:   every decode step of the generation: the ops of persistent_schedule.hpp, each
 //         instruction the body of the chapter-10 kernel block it stands for.
 // Shapes: PersistentDecodeLaunch; kRows the products' row tile (16, 32 or 64 >= B).
@@ -291,10 +274,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
       if (k + 1 < end) {
         next_index = a.schedule.block_instructions[k + 1];
         next_instruction = a.schedule.instructions[next_index];
-        // The next instruction's weight depends on nothing: asked into L2 now, it streams
-        // while this instruction waits and works, and the next one finds it there.
-        if (static_cast<PersistentOp>(next_instruction.op) == PersistentOp::kProduct)
-          prefetch_product_weights(arguments, next_instruction, step);
       }
       // The timeline (profiling only): when the block took the instruction up, when its
       // waits were over (stamped inside `wait`), when it had signalled.
