@@ -645,6 +645,12 @@ class CardFigures:
             fail(f"workshop card: {report.chapter} B = {batch}, N = {new_tokens} has no {name}")
         return f"{value * scale:.{digits}f}"
 
+    def change(self, before, report, name: str, batch: int, new_tokens: int = 100, scale=1.0,
+               digits=0, unit="") -> str:
+        """A column's value in the chapter before and in this one: "112 -> 0"."""
+        return (f"{self.field(before, name, batch, new_tokens, scale, digits)}{unit} -> "
+                f"{self.field(report, name, batch, new_tokens, scale, digits)}{unit}")
+
     def rest_on_top(self, report, batch: int, new_tokens: int) -> str:
         row = self.row(report, batch, new_tokens)
         return f"{100 * (row['median_s'] / row['steps'] / row['matmul_s_per_step'] - 1):+.0f}%"
@@ -683,26 +689,25 @@ def card_compare(number: str, f: CardFigures) -> str:
         return (f"{f.previous_range(r)} times chapter 02 at N = 100; `peak resv` "
                 f"{format_bytes(f.row(before, 32, 400)['peak_reserved_bytes'])} -> "
                 f"{format_bytes(f.row(r, 32, 400)['peak_reserved_bytes'])} at N = 400, `frag` "
-                f"{f.field(before, 'fragmentation', 32, 400, 100, 0)}% -> "
-                f"{f.field(r, 'fragmentation', 32, 400, 100, 0)}%.")
+                f"{f.change(before, r, 'fragmentation', 32, 400, 100, unit='%')}.")
     if number == "04":
         r, before = f.report("04"), f.report("03")
-        return (f"`alloc/step` {f.field(before, 'allocations_per_step', 32, digits=0)} -> "
-                f"{f.field(r, 'allocations_per_step', 32, digits=0)}; {f.previous(r, 1)} times "
+        return (f"`alloc/step` {f.change(before, r, 'allocations_per_step', 32)}; "
+                f"{f.previous(r, 1)} times "
                 f"chapter 03 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` of the "
                 f"matmuls {f.rest_on_top(r, 32, 100)} at N = 100, {f.rest_on_top(r, 32, 400)} "
                 "at N = 400.")
     if number == "05":
         r, before = f.report("05"), f.report("04")
-        return (f"`kernels/step` {f.field(before, 'kernels_per_step', 32, digits=0)} -> "
-                f"{f.field(r, 'kernels_per_step', 32, digits=0)} at B = 32; {f.previous(r, 1)} "
+        return (f"`kernels/step` {f.change(before, r, 'kernels_per_step', 32)} at B = 32; "
+                f"{f.previous(r, 1)} "
                 f"times chapter 04 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` "
                 f"{f.rest_on_top(before, 32, 100)} -> {f.rest_on_top(r, 32, 100)}.")
     if number == "06":
         r, before = f.report("06"), f.report("05")
         gap = "gpu_idle_between_steps_s"
-        return (f"idle between steps {f.field(before, gap, 32, scale=1e6)} -> "
-                f"{f.field(r, gap, 32, scale=1e6)} µs at B = 32; {f.previous(r, 1)} times "
+        return (f"idle between steps {f.change(before, r, gap, 32, scale=1e6, digits=1)} µs "
+                f"at B = 32; {f.previous(r, 1)} times "
                 f"chapter 05 at B = 1, {f.previous(r, 32)} at B = 32.")
     if number == "07":
         r, before = f.report("07"), f.report("06")
@@ -721,8 +726,7 @@ def card_compare(number: str, f: CardFigures) -> str:
                 "64")
         if number == "09":
             b = f.report("08")
-            return (text + f"; `kernels/step` {f.field(b, 'kernels_per_step', 8, digits=0)} -> "
-                    f"{f.field(r, 'kernels_per_step', 8, digits=0)} at B = 8.")
+            return text + f"; `kernels/step` {f.change(b, r, 'kernels_per_step', 8)} at B = 8."
         if number == "10":
             return text + f"; its `× floor` ({f.floor(r, 1)} at B = 1) is against the bf16 floor."
         ten = f.report("10", "bf16")
