@@ -38,7 +38,6 @@ using decode_common::kThreads;  // 256, every instruction's block
 using ProductArguments = decode_bf16::DecodeMatmulBf16Arguments<bf16>;
 using LmHeadArguments = decode_bf16::DecodeMatmulBf16Arguments<float>;
 
-constexpr int kBlocksPerMultiprocessor = 2;
 constexpr int kWarps = kThreads / kWarpSize;
 static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of the kernel");
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
@@ -234,7 +233,7 @@ __device__ __forceinline__ void attention_barrier() {
 // Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
 // measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
-__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
+__global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
     persistent_decode_kernel(const KernelArguments arguments) {
   const PersistentDecodeLaunch& a = arguments.launch;
   __shared__ float4 product_storage[decode_bf16::kKGroups * kRows * decode_common::kTileStride / 4];

@@ -135,6 +135,10 @@ struct PersistentDecodeLaunch {
 /// per step when logits are kept (each step writes its own row of the history), else one.
 std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits);
 
+/// The blocks a multiprocessor the kernel is compiled for (its __launch_bounds__: 128
+/// registers a thread): while one block waits on its counters, the other works.
+constexpr int kPersistentBlocksPerMultiprocessor = 2;
+
 /// Resident blocks of the persistent kernel for a batch of B rows on one multiprocessor
 /// (cudaOccupancyMaxActiveBlocksPerMultiprocessor). Throws ladder::CudaError.
 int persistent_decode_blocks_per_multiprocessor(int B);

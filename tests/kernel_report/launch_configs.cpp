@@ -471,8 +471,8 @@ void record_all() {
                                        candidate_indices, B, C, V, decode_workspace, kStream);
   });
 
-  // Chapter 11: every decode step in one kernel, the products' plans chapter 10's, one
-  // block a multiprocessor (the grid a schedule is built for).
+  // Chapter 11: every decode step in one kernel, the products' plans chapter 10's, the
+  // blocks a multiprocessor it is compiled for (the grid a schedule is built for).
   constexpr int kLayers = 12;
   std::vector<ladder::PersistentLayer> layers(
       kLayers, ladder::PersistentLayer{bf16_weight, bf16_bias, bf16_weight, bf16_bias, bf16_weight,
@@ -484,7 +484,7 @@ void record_all() {
   persistent.schedule.block_first = memory.next<std::int32_t>();
   persistent.schedule.block_instructions = memory.next<std::int32_t>();
   persistent.schedule.counters = memory.next<std::uint32_t>();
-  persistent.schedule.blocks = kReportMultiprocessors;
+  persistent.schedule.blocks = ladder::kPersistentBlocksPerMultiprocessor * kReportMultiprocessors;
   persistent.layers = layers.data();
   persistent.token_embedding = bf16_weight;
   persistent.position_embedding = bf16_weight;
