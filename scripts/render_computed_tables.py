@@ -83,14 +83,20 @@ DATASHEET_BANDWIDTH = [
 
 
 def measured_gpu(name: str) -> str:
-    """The DATASHEET_BANDWIDTH row of run.json's GPU ("NVIDIA H100 80GB HBM3": H100 SXM)."""
-    if "H100" in name:
-        return "H100 PCIe" if "PCIe" in name else "H100 SXM"
+    """The DATASHEET_BANDWIDTH row of run.json's GPU, as nvidia-smi names it ("NVIDIA H100
+    80GB HBM3": H100 SXM; "NVIDIA A100-SXM4-80GB": A100 80GB SXM); fails for a GPU the
+    table does not hold, rather than guess its bandwidth."""
+    words = set(re.split(r"[\s-]+", name))
+    if "H100" in words and "NVL" not in words:  # the NVL's 3.9 TB/s is not in the table
+        return "H100 PCIe" if "PCIe" in words else "H100 SXM"
+    if "A100" in words:
+        return "A100 80GB SXM" if "80GB" in words else "A100 40GB"
     for gpu, _ in DATASHEET_BANDWIDTH:
-        if gpu.split(" ")[0] in name:
+        if set(gpu.split()) <= words:
             return gpu
     fail(f"{RESULTS}/run.json names GPU '{name}', which has no datasheet bandwidth in "
          "DATASHEET_BANDWIDTH (add it, with its source)")
+
 
 # The launches of one decode step, as chapters 04 and 05 enqueue them: (count, name,
 # plural); "per layer" runs n_layer times.

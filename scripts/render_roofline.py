@@ -119,11 +119,13 @@ def gpu_name():
             gpu = json.load(handle).get("gpu", "")
     except (OSError, ValueError) as error:
         fail(f"{os.path.relpath(path, ROOT)}: {error}")
-    for name in PEAK_GPUS:
-        if name in gpu:
-            return name
-    fail(f"run.json names GPU '{gpu}': this script knows the peak rates of "
-         f"{' and '.join(PEAK_GPUS)} only (add its datasheet's dense rates)")
+    words = set(gpu.split())
+    if "PCIe" not in words and "NVL" not in words:  # their rates are lower than the SXM's
+        for name in PEAK_GPUS:
+            if name in words:
+                return name
+    fail(f"run.json names GPU '{gpu}': this script knows the peak rates of the H100 SXM and "
+         "the H200 only (add its datasheet's dense rates)")
 
 
 def svg(batch, rows, bandwidth, gpu):
