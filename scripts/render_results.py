@@ -625,6 +625,13 @@ class CardFigures:
         self.row(report, batch, new_tokens)
         return f"{self.comparisons.speedups(report, (batch, new_tokens))[1]:.2f}"
 
+    def against(self, report, before: str, batches=(1, 32)) -> str:
+        """This chapter's speed over the one before at each batch: "1.32 times chapter 04 at
+        B = 1, 1.20 at B = 32"."""
+        first, *rest = batches
+        return ", ".join([f"{self.previous(report, first)} times chapter {before} at B = {first}"]
+                         + [f"{self.previous(report, b)} at B = {b}" for b in rest])
+
     def previous_range(self, report) -> str:
         values = [self.comparisons.speedups(report, size)[1] for size in sorted(report.rows)
                   if size[1] == 100]
@@ -679,8 +686,7 @@ def card_compare(number: str, f: CardFigures) -> str:
                 f"`syncs/step` {f.field(r, 'host_syncs_per_step', 32, digits=2)}.")
     if number == "02":
         r = f.report("02")
-        return (f"{f.previous(r, 1)} times chapter 01 at B = 1, {f.previous(r, 32)} at B = 32, "
-                f"{f.previous(r, 64)} at B = 64; "
+        return (f"{f.against(r, '01', (1, 32, 64))}; "
                 f"{f.field(r, 'allocations_per_step', 32, digits=0)} allocations a step; `frag` "
                 f"{f.field(r, 'fragmentation', 32, 400, 100, 0)}% at N = 400 "
                 f"({format_bytes(f.row(r, 32, 400)['peak_reserved_bytes'])} reserved).")
@@ -693,25 +699,22 @@ def card_compare(number: str, f: CardFigures) -> str:
     if number == "04":
         r, before = f.report("04"), f.report("03")
         return (f"`alloc/step` {f.change(before, r, 'allocations_per_step', 32)}; "
-                f"{f.previous(r, 1)} times "
-                f"chapter 03 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` of the "
+                f"{f.against(r, '03')}; `rest on top` of the "
                 f"matmuls {f.rest_on_top(r, 32, 100)} at N = 100, {f.rest_on_top(r, 32, 400)} "
                 "at N = 400.")
     if number == "05":
         r, before = f.report("05"), f.report("04")
         return (f"`kernels/step` {f.change(before, r, 'kernels_per_step', 32)} at B = 32; "
-                f"{f.previous(r, 1)} "
-                f"times chapter 04 at B = 1, {f.previous(r, 32)} at B = 32; `rest on top` "
+                f"{f.against(r, '04')}; `rest on top` "
                 f"{f.rest_on_top(before, 32, 100)} -> {f.rest_on_top(r, 32, 100)}.")
     if number == "06":
         r, before = f.report("06"), f.report("05")
         gap = "gpu_idle_between_steps_s"
         return (f"idle between steps {f.change(before, r, gap, 32, scale=1e6, digits=1)} µs "
-                f"at B = 32; {f.previous(r, 1)} times "
-                f"chapter 05 at B = 1, {f.previous(r, 32)} at B = 32.")
+                f"at B = 32; {f.against(r, '05')}.")
     if number == "07":
         r, before = f.report("07"), f.report("06")
-        return (f"{f.previous(r, 1)} times chapter 06 at B = 1, {f.previous(r, 32)} at B = 32: "
+        return (f"{f.against(r, '06')}: "
                 f"a graph launch a step instead of "
                 f"~{f.field(before, 'kernels_per_step', 32, digits=0)} launches.")
     if number == "08":
