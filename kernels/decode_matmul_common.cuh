@@ -527,15 +527,20 @@ __device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int
     __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
            *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
   }
-  __threadfence();  // the partial is visible device-wide before the counter moves
+  // The release pattern of the PTX memory model, once for the block: the barrier orders
+  // every thread's partial before thread 0's fence, and the fence orders them before the
+  // count (one fence.acq_rel, not a sequentially consistent fence in each of 256 threads).
   __syncthreads();
   if (threadIdx.x == 0) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     const unsigned int arrived = atomicAdd(a.tile_counters + tile, 1u);
     last_to_arrive = arrived == static_cast<unsigned int>(a.splits - 1);
+    // The acquire: the count saw every other block's release, so after this fence (and
+    // the barrier below, for the other threads) their partials are visible here.
+    if (last_to_arrive) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
   }
   __syncthreads();
   if (!last_to_arrive) return false;
-  __threadfence();  // see the other blocks' partials, not stale lines
   sum_splits_in_order<kRows>(
       tile_values, 0, a.B * kQuadsPerRow, a.splits, kTileColumns, partial,
       [](const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); });
