@@ -73,10 +73,14 @@ __device__ __forceinline__ std::uint32_t load_relaxed(const std::uint32_t* at) {
   return value;
 }
 
-/// After a relaxed load saw the count: the acquire (the fence-based form of the PTX
-/// memory model's release/acquire pattern), once.
-__device__ __forceinline__ void fence_acquire() {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+/// After a relaxed load saw the count: an acquire load of the same counter, once. The
+/// count only grows within a launch, so it reads the count seen or a later one, and
+/// synchronizes with every producer's release; unlike fence.acq_rel it does not wait for
+/// this thread's own loads still in flight (the weight chunks asked before the wait).
+__device__ __forceinline__ std::uint32_t load_acquire(const std::uint32_t* at) {
+  std::uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
+  return value;
 }
 
 __device__ __forceinline__ unsigned long long global_timer_ns() {
@@ -96,14 +100,14 @@ __device__ bool spin_until(const PersistentDecodeLaunch& a, int counter, std::ui
                            int instruction, int step) {
   const std::uint32_t* at = a.schedule.counters + counter;
   if (load_relaxed(at) >= target) {
-    fence_acquire();
+    (void)load_acquire(at);
     return true;
   }
   const unsigned long long start = global_timer_ns();
   for (unsigned int spins = 1;; ++spins) {
     const std::uint32_t value = load_relaxed(at);
     if (value >= target) {
-      fence_acquire();
+      (void)load_acquire(at);
       return true;
     }
     if (spins % 64 == 0) {

@@ -11,8 +11,9 @@
 //   * a producer, once its outputs are written, adds 1 to a counter with release
 //     semantics (__syncthreads, then one thread: fence.acq_rel.gpu and a relaxed add);
 //   * a consumer's first warp spins with relaxed loads, a lane a counter, until every
-//     counter it needs has reached its target, each lane fences with acquire semantics
-//     (fence.acq_rel.gpu), and the block meets at __syncthreads: the acquire makes the
+//     counter it needs has reached its target, each lane loads its counter once more
+//     with acquire semantics (ld.acquire.gpu: it reads that count or a later one), and
+//     the block meets at __syncthreads: the acquire makes the
 //     producers' writes visible to those lanes, the barrier to the rest of the block
 //     (release, acquire and the barriers order one another transitively);
 //   * a product's weight, which nothing writes, is requested before that wait (the
