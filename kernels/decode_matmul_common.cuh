@@ -511,14 +511,10 @@ __device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, 
 
 /// With S > 1 and no cluster: writes this block's tile to the workspace; the block that
 /// completes the tile's set sums the S partials in split order into `tile_values` and
-/// returns true, the others return false (and have nothing left to do). `spare` (null, or
-/// `spare_quads` float4 of shared memory the block no longer needs) lets the last block
-/// load every split's partial at once, one quad a thread, where they fit: then the sum
-/// waits for one round trip to L2, not one for each group of splits.
+/// returns true, the others return false (and have nothing left to do).
 template <int kRows, typename Arguments>
 __device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int tile, int split,
-                                                         float* tile_values, float4* spare,
-                                                         int spare_quads) {
+                                                         float* tile_values) {
   __shared__ bool last_to_arrive;
   const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
   const auto partial = [&](int s) {
@@ -545,26 +541,9 @@ __device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int
   }
   __syncthreads();
   if (!last_to_arrive) return false;
-  const int quads = a.B * kQuadsPerRow;
-  const int staged = a.splits * quads;
-  if (spare != nullptr && staged <= kThreads && staged <= spare_quads) {
-    // Thread s quads + q loads quad q of split s's partial; then the sum reads them from
-    // shared memory in the same order, so the bits are the workspace path's.
-    if (static_cast<int>(threadIdx.x) < staged) {
-      const int s = static_cast<int>(threadIdx.x) / quads;
-      spare[threadIdx.x] = __ldcg(reinterpret_cast<const float4*>(partial(s)) +
-                                  static_cast<int>(threadIdx.x) % quads);
-    }
-    __syncthreads();
-    sum_splits_in_order<kRows>(
-        tile_values, 0, quads, a.splits, kTileColumns,
-        [&](int s) { return reinterpret_cast<const float*>(spare + s * quads); },
-        [](const float* at) { return *reinterpret_cast<const float4*>(at); });
-  } else {
-    sum_splits_in_order<kRows>(
-        tile_values, 0, quads, a.splits, kTileColumns, partial,
-        [](const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); });
-  }
+  sum_splits_in_order<kRows>(
+      tile_values, 0, a.B * kQuadsPerRow, a.splits, kTileColumns, partial,
+      [](const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); });
   if (threadIdx.x == 0) a.tile_counters[tile] = 0;  // ready for the next launch
   __syncthreads();
   return true;
@@ -605,12 +584,7 @@ __device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int sp
     return;
   }
 #endif
-  // Once the groups are summed, the second group's tile is spare: the workspace's gather
-  // stages the splits' partials there.
-  float4* spare =
-      k_groups > 1 ? reinterpret_cast<float4*>(shared + kRows * kTileStride) : nullptr;
-  if (a.splits == 1 ||
-      gather_through_workspace<kRows>(a, tile, split, shared, spare, kRows * kTileStride / 4))
+  if (a.splits == 1 || gather_through_workspace<kRows>(a, tile, split, shared))
     store_rows<kRows>(a, tile, tile_bias, shared, 0, a.B);
 }
 
