@@ -16,32 +16,26 @@ namespace ladder {
 /// bf16 per 16-byte pack.
 constexpr int kBfloatPack = 8;
 
-/// Eight bf16 as loaded (one 16-byte load), widened to floats.
-__device__ __forceinline__ PackedFloats<kBfloatPack> widen_bfloat16_pack(uint4 bits) {
-  PackedFloats<kBfloatPack> pack;
-  const std::uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    // A 32-bit word holds two bf16, the lower address in the low half.
-    pack.values[2 * i] = __uint_as_float(words[i] << 16);
-    pack.values[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-  return pack;
-}
-
 /// Pack `index` of a bf16 array viewed as packs of kWidth (8: one 16-byte load, the
 /// array 16-byte aligned; 1: one value), widened to floats.
 template <int kWidth>
 __device__ __forceinline__ PackedFloats<kWidth> load_bfloat16_pack(const __nv_bfloat16* values,
                                                                    std::size_t index) {
   static_assert(kWidth == kBfloatPack || kWidth == 1, "packs of 8 bf16 or single values");
+  PackedFloats<kWidth> pack;
   if constexpr (kWidth == 1) {
-    PackedFloats<kWidth> pack;
     pack.values[0] = __bfloat162float(values[index]);
-    return pack;
   } else {
-    return widen_bfloat16_pack(reinterpret_cast<const uint4*>(values)[index]);
+    const uint4 bits = reinterpret_cast<const uint4*>(values)[index];
+    const std::uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // A 32-bit word holds two bf16, the lower address in the low half.
+      pack.values[2 * i] = __uint_as_float(words[i] << 16);
+      pack.values[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
   }
+  return pack;
 }
 
 /// Rounds a pack of kWidth floats to bf16 and stores it as pack `index` (see above).

@@ -78,28 +78,6 @@ __device__ __forceinline__ void attend_head_bf16(int b, int h, int p, const __nv
     }
   }
 
-  // A round's key and value pieces as loaded, 16 bytes each: the next round's are
-  // loaded before this round's arithmetic, so the rounds' trips to memory overlap instead
-  // of following one another (the arithmetic, and so the bits, are unchanged).
-  uint4 key_bits[kAttentionPiecesPerLane] = {};
-  uint4 value_bits[kAttentionPiecesPerLane] = {};
-  const auto load_round = [&](int first) {
-    const int s = first + group;
-    const __nv_bfloat16* key =
-        s == p ? new_key : keys + head_offset + static_cast<std::size_t>(s) * D;
-    const __nv_bfloat16* value =
-        s == p ? new_value : values + head_offset + static_cast<std::size_t>(s) * D;
-#pragma unroll
-    for (int i = 0; i < kAttentionPiecesPerLane; ++i) {
-      const int piece = lane + i * kAttentionLanesPerPosition;
-      if (s <= p && piece < pieces) {
-        key_bits[i] = reinterpret_cast<const uint4*>(key)[piece];
-        value_bits[i] = reinterpret_cast<const uint4*>(value)[piece];
-      }
-    }
-  };
-  load_round(0);
-
   float running_max = -INFINITY;
   float running_sum = 0.0f;
   // Rounds of 16 positions, the same count for every lane: the shuffles below need the
@@ -108,26 +86,24 @@ __device__ __forceinline__ void attend_head_bf16(int b, int h, int p, const __nv
     const int s = first + group;
     const bool active = s <= p;
     const bool newest = s == p;
-    uint4 round_keys[kAttentionPiecesPerLane];
-    uint4 round_values[kAttentionPiecesPerLane];
-#pragma unroll
-    for (int i = 0; i < kAttentionPiecesPerLane; ++i) {
-      round_keys[i] = key_bits[i];
-      round_values[i] = value_bits[i];
-    }
-    if (first + kAttentionGroups <= p) load_round(first + kAttentionGroups);
+    const __nv_bfloat16* key =
+        newest ? new_key : keys + head_offset + static_cast<std::size_t>(s) * D;
+    const __nv_bfloat16* value =
+        newest ? new_value : values + head_offset + static_cast<std::size_t>(s) * D;
+    PackedFloats<kBfloatPack> value_pieces[kAttentionPiecesPerLane];
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kAttentionPiecesPerLane; ++i) {
       const int piece = lane + i * kAttentionLanesPerPosition;
       if (active && piece < pieces) {
-        const PackedFloats<kBfloatPack> key_piece = widen_bfloat16_pack(round_keys[i]);
+        const PackedFloats<kBfloatPack> key_piece = load_bfloat16_pack<kBfloatPack>(key, piece);
+        value_pieces[i] = load_bfloat16_pack<kBfloatPack>(value, piece);
 #pragma unroll
         for (int j = 0; j < kBfloatPack; ++j) dot = fmaf(q[i].values[j], key_piece.values[j], dot);
         if (newest) {  // append: the cache row of position p, exactly the bf16 of qkv
           const std::size_t at = head_offset + static_cast<std::size_t>(p) * D;
-          reinterpret_cast<uint4*>(keys + at)[piece] = round_keys[i];
-          reinterpret_cast<uint4*>(values + at)[piece] = round_values[i];
+          store_bfloat16_pack<kBfloatPack>(keys + at, piece, key_piece);
+          store_bfloat16_pack<kBfloatPack>(values + at, piece, value_pieces[i]);
         }
       }
     }
@@ -143,11 +119,10 @@ __device__ __forceinline__ void attend_head_bf16(int b, int h, int p, const __nv
 #pragma unroll
     for (int i = 0; i < kAttentionPiecesPerLane; ++i) {
       if (lane + i * kAttentionLanesPerPosition < pieces) {
-        const PackedFloats<kBfloatPack> value_piece = widen_bfloat16_pack(round_values[i]);
 #pragma unroll
         for (int j = 0; j < kBfloatPack; ++j)
           accumulated[i].values[j] =
-              fmaf(weight, value_piece.values[j], accumulated[i].values[j] * correction);
+              fmaf(weight, value_pieces[i].values[j], accumulated[i].values[j] * correction);
       }
     }
   }
