@@ -6,12 +6,15 @@
 # Variant a is the working tree as it is; variant b applies the first PATCH (git diff
 # format, paths from the repository root), c the second, and so on. Each variant is a copy
 # of the tree (no build/, no results/) built with the native preset, tests off, targets
-# decode_matmul (bench/) and the chapters of LADDER_AB_CHAPTERS (default
+# decode_matmul (bench/; left out with LADDER_AB_BENCH=0, for a change whose products
+# the bench does not run, such as the persistent kernel's) and the chapters of
+# LADDER_AB_CHAPTERS (default
 # "09_decode_matmuls"; an entry NN_name:FLAG runs that chapter with --FLAG, e.g.
 # "09_decode_matmuls 09_decode_matmuls:tf32", its runs named "NN --FLAG") only. Then
 # LADDER_AB_ROUNDS rounds (default 2), each running every variant in turn, a before b
 # before c:
-#   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product)
+#   bench/decode_matmul         every product at B = 1, 8, 32, 64 (GPU us per product);
+#                               "not run" in the summary with LADDER_AB_BENCH=0
 #   each chapter                --batch B --new-tokens 100 --runs 5 for B in LADDER_AB_BATCHES
 #                               (default "1 32"), with --json
 #   with LADDER_AB_TIMELINE="64" (B values; default none), each chapter also at those B
@@ -45,6 +48,9 @@ done
 rounds=${LADDER_AB_ROUNDS:-2}
 batches=${LADDER_AB_BATCHES:-1 32}
 timeline_batches=${LADDER_AB_TIMELINE:-}
+export LADDER_AB_BENCH=${LADDER_AB_BENCH:-1}  # the summary below reads it too
+[[ "$LADDER_AB_BENCH" =~ ^[01]$ ]] ||
+  { echo "ab_kernel.sh: LADDER_AB_BENCH is 1 (run bench/decode_matmul, the default) or 0" >&2; exit 2; }
 for b in $batches $timeline_batches; do
   [[ "$b" =~ ^[0-9]+$ ]] || { echo "ab_kernel.sh: '$b' is not a batch size (LADDER_AB_BATCHES, LADDER_AB_TIMELINE)" >&2; exit 2; }
 done
@@ -57,6 +63,9 @@ for entry in "${entries[@]}"; do
     { echo "ab_kernel.sh: $entry: the flag after ':' is a chapter flag's name, e.g. tf32" >&2; exit 2; }
   [[ " ${chapters[*]} " == *" $chapter "* ]] || chapters+=("$chapter")
 done
+targets=()
+[ "$LADDER_AB_BENCH" = 1 ] && targets+=(decode_matmul)
+targets+=("${chapters[@]}")
 work=$(mktemp -d)
 mkdir -p "$out/ab"
 
@@ -86,7 +95,7 @@ for i in "${!names[@]}"; do
   fi
   start=$(date +%s)
   if (cd "$src" && cmake --preset native -DLADDER_BUILD_TESTS=OFF "${extra[@]}" &&
-      cmake --build --preset native -j "$(nproc)" --target decode_matmul "${chapters[@]}") \
+      cmake --build --preset native -j "$(nproc)" --target "${targets[@]}") \
       > "$out/ab/$v.build.log" 2>&1; then
     echo "== variant $v: built in $(( $(date +%s) - start )) s ${patches[$i]:+(${patches[$i]##*/})}"
   else
@@ -99,7 +108,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 for round in $(seq 1 "$rounds"); do
   for v in "${names[@]}"; do
     bin=$work/$v/build/native
-    if ! timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1; then
+    if [ "$LADDER_AB_BENCH" = 1 ] &&
+        ! timeout 300 "$bin/bench/decode_matmul" > "$out/ab/$v.r$round.decode_matmul.txt" 2>&1; then
       echo "== variant $v round $round: decode_matmul FAILED"; failed=1
     fi
     for entry in "${entries[@]}"; do
@@ -125,9 +135,10 @@ for round in $(seq 1 "$rounds"); do
 done
 
 python3 - "$out/ab" "$rounds" "$batches" "${entries[*]}" "${names[@]}" <<'EOF' | tee "$out/ab/summary.txt"
-import json, re, sys
+import json, os, re, sys
 from pathlib import Path
 folder, rounds, batches = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+missing = "FAILED" if os.environ["LADDER_AB_BENCH"] == "1" else "not run"  # the bench's figures
 names = sys.argv[5:]
 # An entry NN_name or NN_name:FLAG: its files' key "NN" or "NN-FLAG", its label "NN --FLAG".
 keys = []
@@ -152,7 +163,7 @@ for r in range(1, rounds + 1):
                 cells.append(f"{c['ms_per_step']:.4f} ({c['token_hash']})")
             except (OSError, ValueError, KeyError, IndexError):
                 cells.append("FAILED")
-        print(f"{v} {r} | {' '.join(sums) or 'FAILED'} | {head.group(1) if head else '-'} | "
+        print(f"{v} {r} | {' '.join(sums) or missing} | {head.group(1) if head else '-'} | "
               + " | ".join(cells))
 # The bench's chain of the step's 86 launches, fp32: what a product's change does between
 # the LayerNorms and the attention, plainly launched and as the chapters launch it; and,
@@ -173,7 +184,7 @@ for r in range(1, rounds + 1):
                             + (f" (no clusters {bare_plain} / {bare_start})" if bare_plain else "")
                             + (f" (all programmatic {everything})" if everything else "")
                             for plain, start, bare_plain, bare_start, everything in chains)
-                 or "FAILED"))
+                 or missing))
 EOF
 tar -czf "$out/ab.tar.gz" -C "$out" ab && rm -rf "$out/ab" "$work"
 exit "$failed"

@@ -15,7 +15,9 @@
 # listed plain and with a flag (09_decode_matmuls:tf32) is built once and gives two sets
 # of columns, which ab_ratios.py reads as "09" and "09 --tf32"; with LADDER_AB_TIMELINE
 # each variant's step timeline is kept and ab_ratios.py reads it, and a batch there that
-# is not a number exits 2; a program that fails is named and the script exits 1.
+# is not a number exits 2; with LADDER_AB_BENCH=0 the bench is neither built nor run and
+# the summary says "not run" (another value exits 2); a program that fails is named and
+# the script exits 1.
 set -euo pipefail
 # shellcheck source=tests/scripts/stand_ins.sh
 source "$(dirname "$0")/stand_ins.sh"
@@ -43,9 +45,9 @@ for b in 1 8 32 64; do
 done
 BENCH
 chmod +x build/native/bench/decode_matmul
-seen=0  # ... --target decode_matmul CHAPTER [CHAPTER ...]: a program for every chapter
+seen=0  # ... --target [decode_matmul] CHAPTER [CHAPTER ...]: a program for every chapter
 for target in "$@"; do
-  [ "$seen" = 2 ] && {
+  [ "$seen" = 1 ] && [ "$target" != decode_matmul ] && {
     cat > "build/native/chapters/$target" << 'CHAPTER'
 #!/usr/bin/env python3
 import json, sys
@@ -62,7 +64,6 @@ json.dump({"configurations": [{"ms_per_step": batch / scale, "token_hash": "feed
 CHAPTER
     chmod +x "build/native/chapters/$target"; }
   [ "$target" = --target ] && seen=1
-  [ "$seen" = 1 ] && [ "$target" = decode_matmul ] && seen=2
 done
 exit 0
 EOF
@@ -164,6 +165,23 @@ set +e
 LADDER_AB_TIMELINE="64 x" run badtimeline "$work/adds_a_line.patch"; code=$?
 set -e
 [ "$code" -eq 2 ] || fail "LADDER_AB_TIMELINE with a word in it: exit $code, expected 2"
+
+# LADDER_AB_BENCH=0: the bench neither built nor run, and the summary says so.
+: > "$CMAKE_CALLS"
+LADDER_AB_BENCH=0 LADDER_AB_ROUNDS=1 run nobench "$work/adds_a_line.patch" ||
+  fail "nobench: exit $? ($(tail -3 "$work/log.nobench"))"
+grep -- '--build' "$CMAKE_CALLS" | grep -q -- '--target 09_decode_matmuls$' ||
+  fail "nobench: built $(grep -- '--build' "$CMAKE_CALLS" | head -1)"
+! tar -tzf "$work/out.nobench/ab.tar.gz" | grep -q decode_matmul.txt ||
+  fail "nobench: the bench ran"
+grep -qE '^b 1 \| not run \| - \| 0\.0010 \(feedc0de\)' "$work/log.nobench" ||
+  fail "nobench: variant b's row: $(grep '^b 1' "$work/log.nobench")"
+grep -qxF 'chain b 1 | not run' "$work/log.nobench" ||
+  fail "nobench: the chain row: $(grep '^chain b 1' "$work/log.nobench")"
+set +e
+LADDER_AB_BENCH=no run badbench "$work/adds_a_line.patch"; code=$?
+set -e
+[ "$code" -eq 2 ] || fail "LADDER_AB_BENCH=no: exit $code, expected 2"
 
 set +e
 LADDER_AB_CHAPTERS="09_decode_matmuls:--tf32" run badflag "$work/adds_a_line.patch"; code=$?
