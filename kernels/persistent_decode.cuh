@@ -13,9 +13,9 @@
 //   * a consumer's first warp spins with relaxed loads, a lane a counter, until every
 //     counter it needs has reached its target, each lane loads its counter once more
 //     with acquire semantics (ld.acquire.gpu: it reads that count or a later one), and
-//     the block meets at __syncthreads: the acquire makes the
-//     producers' writes visible to those lanes, the barrier to the rest of the block
-//     (release, acquire and the barriers order one another transitively);
+//     the block meets at __syncthreads: the acquire makes the producers' writes visible
+//     to those lanes, the barrier to the rest of the block (release, acquire and the
+//     barriers order one another transitively);
 //   * a product's weight, which nothing writes, is requested before that wait (the
 //     same place where chapter 10's kernels wait for the kernel before them under a
 //     programmatic launch), so it streams while the block waits for its inputs.
