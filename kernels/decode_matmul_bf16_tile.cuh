@@ -147,15 +147,11 @@ __device__ __forceinline__ void multiply_chunk(const DecodeMatmulBf16Arguments<O
 // aligned); `wait_for_inputs()` is called once the block's first weight chunks are in
 // flight and before x, the residual stream or the workspace is touched (a kernel
 // boundary's wait, or the persistent kernel's wait on counters). Every thread calls it.
-// With `partial_only` (S > 1, the persistent kernel's products that their readers
-// finish) the block leaves its partial in the workspace and ends there.
 template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out, typename Wait>
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
-                                                  const Wait& wait_for_inputs,
-                                                  bool partial_only = false) {
-  // Before the wait: a weight. Not needed where the readers add it.
-  const float2 bias = partial_only ? make_float2(0.0f, 0.0f) : decode_common::load_tile_bias(a, tile);
+                                                  const Wait& wait_for_inputs) {
+  const float2 bias = decode_common::load_tile_bias(a, tile);  // before the wait: a weight
   const TileLane place = tile_lane(a, tile);
   const int octets = a.padded_rows / kBfloatTileK;
   const ChunkRange range = chunk_range(a, split);
@@ -198,10 +194,6 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
 
   decode_common::store_mma_sums<kRows>(shared, place.k_group, place.column_group, place.g, place.u,
                                        sums);
-  if (partial_only) {
-    decode_common::leave_partial<kRows>(a, tile, split, shared, kKGroups);
-    return;
-  }
   decode_common::finish_tile<kRows>(a, tile, split, bias, shared, kKGroups);
 }
 
