@@ -121,12 +121,6 @@ ProductSize persistent_product_size(PersistentProduct product, int C, int V) {
   return {};
 }
 
-bool summed_by_readers(PersistentProduct product, int splits) {
-  return splits > 1 && (product == PersistentProduct::kQkv ||
-                        product == PersistentProduct::kAttentionProjection ||
-                        product == PersistentProduct::kMlpProjection);
-}
-
 PersistentSchedule build_persistent_schedule(const PersistentShape& shape) {
   require(shape.n_layer >= 1 && shape.n_embd >= 1 && shape.n_head >= 1 && shape.vocab_size >= 1,
           "n_layer, n_embd, n_head and the vocabulary must be positive");

@@ -33,18 +33,6 @@
 //   argmax row b          <- every LM-head unit
 //   stop                  <- every argmax row
 //
-// Who sums a split product. A product cut into S > 1 splits of K leaves S partial tiles
-// in its workspace. For the qkv product and the two projections the readers add them
-// (summed_by_readers): attention (b, h) sums the partials of head h's q, k and v columns
-// (and adds the bias), a LayerNorm row those of its row (and adds the bias and the
-// residual, writing the new residual row back) - in split order, then the epilogue's
-// additions in its order, so the bits are the ones the product's last split would have
-// stored. The split only writes its partial and signals: no split waits to learn whether
-// it is the last, and the phase's chain loses the last split's read-back. Their waits are
-// the same (a reader already waits for all S splits of each tile it reads). c_fc's reader
-// (the MLP projection) reads 64 inputs of every row per chunk from many blocks, and the
-// LM head's (the argmax) reads candidates: those keep the last split's sum.
-//
 // Deadlock freedom. The instructions of a step are listed in an order where every wait
 // names only counters signalled by instructions earlier in the list (or in an earlier
 // step), instruction i goes to block i % blocks, and each block runs its instructions in
@@ -152,11 +140,6 @@ struct ProductSize {
   int N = 0;
 };
 ProductSize persistent_product_size(PersistentProduct product, int C, int V);
-
-/// Whether the readers of `product`, cut into `splits` splits of K, add its partial tiles
-/// themselves (see "Who sums a split product" above): the qkv product and the two
-/// projections, when split.
-bool summed_by_readers(PersistentProduct product, int splits);
 
 /// "layer 3, attention projection, split 2 of tile 5" and the like, for error lines.
 std::string describe(const PersistentSchedule& schedule, const PersistentInstruction& instruction);

@@ -59,16 +59,9 @@ class DataModel {
     // product's epilogue), a (row, tile) of hidden (written by rows and by tiles).
     // hidden: the embedding (phase 0), then per layer the attention projection (2l + 1)
     // and the MLP projection (2l + 2). normed: ln_1 (2l), ln_2 (2l + 1), ln_f (2L).
-    for (int p = 0; p < kPersistentProducts; ++p)
-      readers_sum_[p] =
-          summed_by_readers(static_cast<PersistentProduct>(p), shape.products[p].splits);
     hidden_ = add("hidden", {"row", "tile"}, {B, tiles}, 2 * L + 1, kResidual);
     normed_ = add("normed", {"row"}, {B}, 2 * L + 1, kNormed);
-    // qkv: by tile where the product's epilogue writes it; by (row, head) where each
-    // attention instruction finishes its own slice (the readers sum the splits).
-    qkv_ = readers_sum_[static_cast<int>(PersistentProduct::kQkv)]
-               ? add("qkv", {"row", "head"}, {B, H}, L, kByLayer)
-               : add("qkv", {"tile"}, {3 * tiles}, L, kByLayer);
+    qkv_ = add("qkv", {"tile"}, {3 * tiles}, L, kByLayer);
     attended_ = add("attended", {"row", "head"}, {B, H}, L, kByLayer);
     expanded_ = add("expanded", {"tile"}, {4 * tiles}, L, kByLayer);
     cache_ = add("KV cache", {"layer", "row", "head"}, {L, B, H}, 1, kByStep);
@@ -89,8 +82,6 @@ class DataModel {
   }
 
   int region_count() const { return region_count_; }
-  /// Whether product p's readers sum its splits (no split finishes the tile).
-  bool readers_sum(int p) const { return readers_sum_[p]; }
   int phases(int region) const { return region_phases_[static_cast<std::size_t>(region)]; }
   int decision() const { return decision_.first_region; }
 
@@ -151,50 +142,17 @@ class DataModel {
         const int phase = norm == PersistentNorm::kFirst    ? 2 * l
                           : norm == PersistentNorm::kSecond ? 2 * l + 1
                                                             : 2 * L;
-        // hidden's version `phase` is the residual after the product before this row
-        // (phase 2 l' + 1: layer l''s attention projection; 2 l' + 2: its MLP projection).
-        // When that product's readers sum it, this row finishes it: the product's
-        // partials of row b and the residual before it, then the new residual row.
-        const auto source = phase % 2 == 1 ? PersistentProduct::kAttentionProjection
-                                           : PersistentProduct::kMlpProjection;
-        const int source_layer = (phase - 1) / 2;
-        if (phase > 0 && readers_sum_[static_cast<int>(source)]) {
-          const Buffer& workspace = workspace_[static_cast<int>(source)];
-          const ProductTiling& t = shape_.products[static_cast<int>(source)];
-          for (int s = 0; s < t.splits; ++s)
-            for (int c = 0; c < t.column_tiles; ++c)
-              read(workspace, s * t.column_tiles + c, source_layer);  // row b of each
-          for (int t = 0; t < tiles; ++t) read(hidden_, b * tiles + t, phase - 1);
-          for (int t = 0; t < tiles; ++t) write(hidden_, b * tiles + t, phase);
-        } else {
-          for (int t = 0; t < tiles; ++t) read(hidden_, b * tiles + t, phase);
-        }
+        for (int t = 0; t < tiles; ++t) read(hidden_, b * tiles + t, phase);
         write(normed_, b, phase);
         break;
       }
       case PersistentOp::kAttention: {
         const int b = instruction.unit / H;
         const int h = instruction.unit % H;
-        // Row b of the qkv tiles that hold head h's q, k and v; or, when the qkv
-        // product's readers sum it, every split's partial of them: this instruction
-        // then finishes its own slice of qkv (row b, head h) and reads it back.
-        const int qkv = static_cast<int>(PersistentProduct::kQkv);
-        const ProductTiling& qkv_tiling = shape_.products[qkv];
         for (int part = 0; part < 3; ++part) {  // q, k, v
           const int first = (part * C + h * D) / kTileColumns;
           const int last = (part * C + (h + 1) * D - 1) / kTileColumns;
-          for (int t = first; t <= last; ++t) {
-            if (!readers_sum_[qkv]) {
-              read(qkv_, t, l);
-              continue;
-            }
-            for (int s = 0; s < qkv_tiling.splits; ++s)
-              read(workspace_[qkv], s * qkv_tiling.column_tiles + t, l);
-          }
-        }
-        if (readers_sum_[qkv]) {
-          write(qkv_, b * H + h, l);
-          read(qkv_, b * H + h, l);
+          for (int t = first; t <= last; ++t) read(qkv_, t, l);  // row b of these tiles
         }
         const int cache = (l * B + b) * H + h;
         read(cache_, cache, 0, true);  // positions < p: the steps before (and the prefill)
@@ -297,12 +255,11 @@ class DataModel {
         for (int c = first_chunk; c < end_chunk; ++c) read(expanded_, c, l);
         break;
     }
-    // Split-K: every split leaves its partial in the workspace; the last to arrive sums
-    // all, unless the product's readers do (then no split writes the output).
+    // Split-K: every split leaves its partial in the workspace; the last to arrive sums all.
     const Buffer& workspace = workspace_[instruction.which];
     if (t.splits > 1) {
       write(workspace, split * t.column_tiles + tile, layer_phase);
-      if (!finishing || readers_sum_[instruction.which]) return;
+      if (!finishing) return;
       for (int s = 0; s < t.splits; ++s) read(workspace, s * t.column_tiles + tile, layer_phase);
     }
     // The epilogue writes the tile's 64 columns of every row.
@@ -378,7 +335,6 @@ class DataModel {
   Buffer hidden_, normed_, qkv_, attended_, expanded_, cache_, candidates_, next_tokens_, finished_,
       output_, decision_;
   Buffer workspace_[kPersistentProducts];
-  bool readers_sum_[kPersistentProducts] = {};
 };
 
 // ---------------------------------------------------------------- structure
@@ -572,7 +528,7 @@ class Simulation {
     bool finishing = true;
     if (instruction.op == static_cast<int>(PersistentOp::kProduct)) {
       const ProductTiling& t = s_.shape.products[instruction.which];
-      if (t.splits > 1 && !model_.readers_sum(instruction.which)) {
+      if (t.splits > 1) {
         int& arrived = arrivals_[instruction.which][instruction.unit % t.column_tiles];
         finishing = ++arrived == t.splits;
         if (finishing) arrived = 0;

@@ -14,14 +14,13 @@
 //
 // What. Every instruction reads and writes regions of the kernel's buffers, as the
 // kernel does. A region is the piece one instruction writes whole: hidden by (row,
-// 64-column tile), since rows (the embedding, a LayerNorm row that finishes a
-// projection) and tiles (a projection's residual epilogue) write it; normed by row;
-// expanded and the LM head's candidates by tile (a product's epilogue writes every row of
-// its tile); qkv by tile, or by (row, head) where attention finishes it; attended by
-// (row, head); the KV cache by (layer, row, head); each product's split-sum workspace by
-// (split, tile), with its arrival counter; next_tokens, finished and the output column
-// by row; the stop decision. Each region carries a version stamp: the step and the place in the
-// step (the phase) of its last write. Checked at every access:
+// 64-column tile), since rows (the embedding) and tiles (the projections' residual
+// epilogue) both write it; normed by row; qkv, expanded and the LM head's candidates by
+// tile (a product's epilogue writes every row of its tile); attended by (row, head); the
+// KV cache by (layer, row, head); each product's split-sum workspace by (split, tile),
+// with its arrival counter; next_tokens, finished and the output column by row; the stop
+// decision. Each region carries a version stamp: the step and the place in the step (the
+// phase) of its last write. Checked at every access:
 //   - a read sees exactly the version its producer of this step wrote (or of the step
 //     before, or of the prefill, for the tokens, the finished flags, the cache's older
 //     positions and the stop decision): never stale, never already overwritten;
@@ -29,10 +28,7 @@
 //     once per step, per layer for the per-layer buffers), and only after every reader
 //     of that version has read it;
 //   - a product's tile is summed by the split that arrives last at its workspace counter,
-//     which is then back at 0; or, for a product whose readers sum it
-//     (summed_by_readers), by each reader: attention (b, h) reads every split's partial
-//     of head h's qkv tiles, a LayerNorm row every split's partial of every tile and the
-//     residual before it, and writes the new residual row.
+//     which is then back at 0.
 // After the run: every instruction ran once a step, every counter holds
 // counter_arrivals[c] * steps, every region holds its last step's last version, and that
 // version's readers of the same step all read it.

@@ -30,10 +30,6 @@ constexpr int kOctetsPerChunk = kChunkRows / kBfloatTileK;       // 8 pieces of 
 constexpr int kColumnGroups = kTileColumns / 16;                 // 4: warp % 4
 constexpr int kKGroups = decode_common::kWarps / kColumnGroups;  // 2: warp / 4
 constexpr int kChunksAhead = 4;  // chunks of W in flight per lane (8 x 16 bytes)
-/// One chunk of a tile's weight staged in shared memory: every thread's two 16-byte pieces
-/// (64 inputs x 64 columns of bf16, 8 KiB). Slot j holds piece n8 of thread t at uint4
-/// (2 j + n8) kThreads + t: a warp's 32 pieces side by side, no bank conflict.
-constexpr int kWeightStageBytes = 2 * kThreads * 16;
 
 /// The bf16 kernels' arguments: x, W and bias bf16, W packed k_tiled (padded_rows: K
 /// rounded up to 8); Out is __nv_bfloat16 for the products, float for the LM head.
@@ -151,108 +147,43 @@ __device__ __forceinline__ void multiply_chunk(const DecodeMatmulBf16Arguments<O
 // aligned); `wait_for_inputs()` is called once the block's first weight chunks are in
 // flight and before x, the residual stream or the workspace is touched (a kernel
 // boundary's wait, or the persistent kernel's wait on counters). Every thread calls it.
-// The weight streams into registers, kChunksInFlight chunks ahead (kWeightStages 0: the
-// decode-matmul kernels), or into kWeightStages slots of shared memory at `weight_stages`
-// (kWeightStages x kWeightStageBytes, 16-byte aligned: the persistent kernel), each
-// thread copying (cp.async) only the pieces it multiplies, so no barrier guards a slot.
-// With `partial_only` (S > 1, the persistent kernel's products that their readers
-// finish) the block leaves its partial in the workspace and ends there.
-template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, int kWeightStages = 0,
-          typename Out, typename Wait>
+template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out, typename Wait>
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
-                                                  const Wait& wait_for_inputs,
-                                                  uint4* weight_stages = nullptr,
-                                                  bool partial_only = false) {
-  // Before the wait: a weight. Not needed where the readers add it.
-  const float2 bias =
-      partial_only ? make_float2(0.0f, 0.0f) : decode_common::load_tile_bias(a, tile);
+                                                  const Wait& wait_for_inputs) {
+  const float2 bias = decode_common::load_tile_bias(a, tile);  // before the wait: a weight
   const TileLane place = tile_lane(a, tile);
   const int octets = a.padded_rows / kBfloatTileK;
   const ChunkRange range = chunk_range(a, split);
-  float sums[kRows / 16][2][4] = {};
-  if constexpr (kWeightStages == 0) {
-    const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
-      const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;
+  const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
+    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;  // of 8 inputs
 #pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) {
-        pieces[n8] = make_uint4(0, 0, 0, 0);
-        if (chunk_in_range < range.count && octet < octets && place.column_inside[n8])
-          pieces[n8] = __ldg(reinterpret_cast<const uint4*>(
-              a.weight +
-              (static_cast<std::size_t>(octet) * a.N + place.columns[n8]) * kBfloatTileK));
-      }
-    };
-    uint4 ahead[kChunksInFlight][2];
-#pragma unroll
-    for (int i = 0; i < kChunksInFlight; ++i) load_weights(i, ahead[i]);
-    // The weight loads above do not depend on the kernel before; x, the residual stream
-    // and the workspace do (decode_matmul.cuh: programmatic launch). The wait sits in its
-    // own branch: in one basic block with the loads, ptxas schedules it first (ACQBULK
-    // before the first LDG), and the weight would start moving only once the kernel before
-    // has finished; the kernel report checks the order (LDG.E.128<ACQBULK). Launched
-    // without the attribute, a kernel has nothing to wait for.
-    wait_for_inputs();
-    for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
-#pragma unroll
-      for (int i = 0; i < kChunksInFlight; ++i) {
-        if (chunk + i >= range.count) break;  // the same for the whole block
-        const int k = (range.first + chunk + i) * kChunkRows + kBfloatTileK * place.octet;
-        multiply_chunk<kRows, kXVector>(a, place, k, ahead[i], sums);
-        load_weights(chunk + i + kChunksInFlight, ahead[i]);
-      }
+    for (int n8 = 0; n8 < 2; ++n8) {
+      pieces[n8] = make_uint4(0, 0, 0, 0);
+      if (chunk_in_range < range.count && octet < octets && place.column_inside[n8])
+        pieces[n8] = __ldg(reinterpret_cast<const uint4*>(
+            a.weight + (static_cast<std::size_t>(octet) * a.N + place.columns[n8]) * kBfloatTileK));
     }
-  } else {
-    static_assert(kWeightStages % kChunksInFlight == 0, "the stages refill a group at a time");
-    // Chunk c of the range goes to slot c % kWeightStages. One commit per chunk, an empty
-    // one past the range, so that before the group of chunks from `chunk` this thread has
-    // committed kWeightStages + chunk groups, and the group's have landed once at most
-    // kWeightStages - kChunksInFlight are in flight.
-    const unsigned int first_slot = decode_common::shared_address(weight_stages + threadIdx.x);
-    const auto stage_weights = [&](int chunk_in_range) {
-      if (chunk_in_range < range.count) {
-        const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;
-        const int slot = chunk_in_range % kWeightStages;
+  };
+
+  float sums[kRows / 16][2][4] = {};
+  uint4 ahead[kChunksInFlight][2];
 #pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8) {
-          const bool inside = octet < octets && place.column_inside[n8];
-          const __nv_bfloat16* source =
-              inside ? a.weight + (static_cast<std::size_t>(octet) * a.N + place.columns[n8]) *
-                                      kBfloatTileK
-                     : a.weight;  // zeros: nothing is read
-          decode_common::copy_async<16>(first_slot + (2 * slot + n8) * kThreads * 16, source,
-                                        inside);
-        }
-      }
-      decode_common::commit_async_copies();
-    };
+  for (int i = 0; i < kChunksInFlight; ++i) load_weights(i, ahead[i]);
+  // The weight loads above do not depend on the kernel before; x, the residual stream
+  // and the workspace do (decode_matmul.cuh: programmatic launch). The wait sits in its
+  // own branch: in one basic block with the loads, ptxas schedules it first (ACQBULK
+  // before the first LDG), and the weight would start moving only once the kernel before
+  // has finished; the kernel report checks the order (LDG.E.128<ACQBULK). Launched
+  // without the attribute, a kernel has nothing to wait for.
+  wait_for_inputs();
+  for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
 #pragma unroll
-    for (int i = 0; i < kWeightStages; ++i) stage_weights(i);
-    wait_for_inputs();  // in its own branch, as above
-    for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
-      decode_common::wait_async_copies<kWeightStages - kChunksInFlight>();
-      // The group's pieces into registers, then its x loads and products as the register
-      // path has them (the x loads of the group in flight together).
-      uint4 pieces[kChunksInFlight][2];
-#pragma unroll
-      for (int i = 0; i < kChunksInFlight; ++i) {
-        const int slot = (chunk + i) % kWeightStages;
-#pragma unroll
-        for (int n8 = 0; n8 < 2; ++n8)
-          pieces[i][n8] = chunk + i < range.count
-                              ? weight_stages[(2 * slot + n8) * kThreads + threadIdx.x]
-                              : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kChunksInFlight; ++i) {
-        if (chunk + i >= range.count) break;  // the same for the whole block
-        const int k = (range.first + chunk + i) * kChunkRows + kBfloatTileK * place.octet;
-        multiply_chunk<kRows, kXVector>(a, place, k, pieces[i], sums);
-      }
-      // The slots just read refilled, kWeightStages chunks ahead: after the products that
-      // used their pieces (asm volatile keeps the copies behind the mma instructions).
-#pragma unroll
-      for (int i = 0; i < kChunksInFlight; ++i) stage_weights(chunk + i + kWeightStages);
+    for (int i = 0; i < kChunksInFlight; ++i) {
+      if (chunk + i >= range.count) break;  // the same for the whole block
+      const int k = (range.first + chunk + i) * kChunkRows + kBfloatTileK * place.octet;
+      multiply_chunk<kRows, kXVector>(a, place, k, ahead[i], sums);
+      load_weights(chunk + i + kChunksInFlight, ahead[i]);
     }
   }
   // Unlike the fp32 kernels, the next kernel may launch only once every block has read
@@ -263,10 +194,6 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
 
   decode_common::store_mma_sums<kRows>(shared, place.k_group, place.column_group, place.g, place.u,
                                        sums);
-  if (partial_only) {
-    decode_common::leave_partial<kRows>(a, tile, split, shared, kKGroups);
-    return;
-  }
   decode_common::finish_tile<kRows>(a, tile, split, bias, shared, kKGroups);
 }
 

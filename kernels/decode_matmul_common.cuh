@@ -273,44 +273,6 @@ void launch_product_kernel(void (*kernel)(Arguments), dim3 grid, std::size_t sha
   CUDA_CHECK_LAUNCH(stream);
 }
 
-// ---------------------------------------------------------------- cp.async
-
-/// The address of `pointer`, which points into shared memory, in the .shared state space
-/// (what cp.async takes as its destination).
-__device__ __forceinline__ unsigned int shared_address(const void* pointer) {
-  return static_cast<unsigned int>(__cvta_generic_to_shared(pointer));
-}
-
-/// Copies kBytes global -> shared (`destination`, a shared_address) without holding a
-/// register; with fill false the bytes are zeros. 16 bytes go through L2 only
-/// (cp.async.cg: the weight is read once), 4 bytes (x rows that are not 16-byte aligned)
-/// through L1 (cp.async.ca).
-template <int kBytes>
-__device__ __forceinline__ void copy_async(unsigned int destination, const void* global,
-                                           bool fill) {
-  static_assert(kBytes == 16 || kBytes == 4, "cp.async moves 16 or 4 bytes here");
-  const int source_bytes = fill ? kBytes : 0;
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
-                 "r"(source_bytes)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
-                 "r"(source_bytes)
-                 : "memory");
-  }
-}
-
-__device__ __forceinline__ void commit_async_copies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/// Waits until at most `kPending` committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // ---------------------------------------------------------------- the kernels' tail
 
 __device__ __forceinline__ float widen(float value) { return value; }
@@ -547,28 +509,6 @@ __device__ __forceinline__ void finish_in_cluster(const Arguments& a, int tile, 
 }
 #endif
 
-/// Split s's partial of column tile `tile` in the workspace: partials [S][T][B][64].
-template <typename Arguments>
-__device__ __forceinline__ float* partial_tile(const Arguments& a, int split, int tile) {
-  return a.partials +
-         (static_cast<std::size_t>(split) * a.column_tiles + tile) * a.B * kTileColumns;
-}
-
-/// This block's partial (the finished k-groups' tile `tile_values`, [B][kTileStride] in
-/// shared memory) into its split's place in the workspace, cached in L2 only: another
-/// block reads it.
-template <typename Arguments>
-__device__ __forceinline__ void store_partial(const Arguments& a, int tile, int split,
-                                              const float* tile_values) {
-  float* mine = partial_tile(a, split, tile);
-  for (int e = threadIdx.x; e < a.B * kQuadsPerRow; e += kThreads) {
-    const int row = e / kQuadsPerRow;
-    const int column = 4 * (e % kQuadsPerRow);
-    __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
-           *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
-  }
-}
-
 /// With S > 1 and no cluster: writes this block's tile to the workspace; the block that
 /// completes the tile's set sums the S partials in split order into `tile_values` and
 /// returns true, the others return false (and have nothing left to do).
@@ -576,8 +516,17 @@ template <int kRows, typename Arguments>
 __device__ __forceinline__ bool gather_through_workspace(const Arguments& a, int tile, int split,
                                                          float* tile_values) {
   __shared__ bool last_to_arrive;
-  const auto partial = [&](int s) { return partial_tile(a, s, tile); };
-  store_partial(a, tile, split, tile_values);
+  const std::size_t tile_floats = static_cast<std::size_t>(a.B) * kTileColumns;
+  const auto partial = [&](int s) {
+    return a.partials + (static_cast<std::size_t>(s) * a.column_tiles + tile) * tile_floats;
+  };
+  float* mine = partial(split);
+  for (int e = threadIdx.x; e < a.B * kQuadsPerRow; e += kThreads) {
+    const int row = e / kQuadsPerRow;
+    const int column = 4 * (e % kQuadsPerRow);
+    __stcg(reinterpret_cast<float4*>(mine + row * kTileColumns + column),
+           *reinterpret_cast<const float4*>(tile_values + row * kTileStride + column));
+  }
   // The release pattern of the PTX memory model, once for the block: the barrier orders
   // every thread's partial before thread 0's fence, and the fence orders them before the
   // count (one fence.acq_rel, not a sequentially consistent fence in each of 256 threads).
@@ -637,18 +586,6 @@ __device__ __forceinline__ void finish_tile(const Arguments& a, int tile, int sp
 #endif
   if (a.splits == 1 || gather_through_workspace<kRows>(a, tile, split, shared))
     store_rows<kRows>(a, tile, tile_bias, shared, 0, a.B);
-}
-
-/// The end of a split whose tile its readers finish (the persistent kernel,
-/// common/persistent_schedule.hpp, summed_by_readers): the k-groups summed and the
-/// block's partial left in the workspace; no split sum, no epilogue. The caller makes the
-/// partial visible (a barrier, a release) before it tells a reader.
-template <int kRows, typename Arguments>
-__device__ __forceinline__ void leave_partial(const Arguments& a, int tile, int split,
-                                              float* shared, int k_groups) {
-  __syncthreads();
-  sum_k_groups<kRows>(shared, k_groups, a.B);
-  store_partial(a, tile, split, shared);
 }
 
 /// The chunks of split `split`: [first, first + count).

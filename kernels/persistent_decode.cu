@@ -9,9 +9,7 @@
 // the step still runs in 0.74-0.84 of its time at one block a multiprocessor.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
-// tile R = 64; between products, a LayerNorm's finished row), the attention's merge
-// state (4.2 KiB) and a few words, static; and the product's weight stages, dynamic
-// (kWeightStages chunks of 8 KiB).
+// tile R = 64), the attention's merge state (4.2 KiB) and a few words, static.
 #include "kernels/persistent_decode.cuh"
 
 #include <cstddef>
@@ -45,15 +43,7 @@ static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of th
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
 
 constexpr int kLayerProducts = kPersistentProducts - 1;  // every product but the LM head
-// The weight stages of a product instruction: the chunks a thread has requested before
-// it waits for the instruction's inputs. 8 chunks hold a whole split of each of GPT-2
-// small's layer products (2, 1, 3 and 3 chunks) and two thirds of an LM-head tile (12);
-// 64 KiB a block, which still leaves two blocks a multiprocessor at every row tile
-// (228 KiB on sm_90 >= 2 x (64 + at most 44 static + 1 reserved) KiB). In registers,
-// 4 chunks held across the wait cost 32 registers a thread.
-constexpr int kWeightStages = 8;
-constexpr int kStagedWeightBytes = kWeightStages * decode_bf16::kWeightStageBytes;
-constexpr int kMaxLayers = 48;  // GPT-2 XL
+constexpr int kMaxLayers = 48;                           // GPT-2 XL
 
 /// The kernel's arguments: the launch's description, and every product's kernel
 /// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
@@ -71,9 +61,6 @@ struct KernelArguments {
   LmHeadArguments lm_head;          ///< without logits
   const LmHeadArguments* lm_heads;  ///< with logits kept: one per step, in device memory
   int lm_head_candidates;           ///< the LM head's column tiles: candidates per row
-  /// Per PersistentProduct of a layer: its readers add its splits' partials
-  /// (summed_by_readers, common/persistent_schedule.hpp).
-  bool summed_by_readers[kLayerProducts];
 };
 
 // ---------------------------------------------------------------- counters
@@ -198,120 +185,6 @@ __device__ __forceinline__ void embed_row(const PersistentDecodeLaunch& a, int b
   }
 }
 
-// ---------------------------------------------------------------- split sums by the readers
-
-constexpr int kSplitsAtOnce = 8;  // partial loads a thread has in flight at once
-
-/// The S splits' partials of product p at row b, columns column .. column + 3 (column %
-/// 4 == 0: one quad of one 64-column tile), added in split order, 0 to S - 1: the order
-/// of sum_splits_in_order (decode_matmul_common.cuh), so the same sum the last split
-/// would have formed. Loaded kSplitsAtOnce at a time, all in flight before the first add;
-/// from L2 (other blocks wrote them).
-__device__ __forceinline__ float4 sum_of_splits(const ProductArguments& p, int b, int column) {
-  const std::size_t split_floats =
-      static_cast<std::size_t>(p.column_tiles) * p.B * decode_common::kTileColumns;
-  const float* first_split =
-      decode_common::partial_tile(p, 0, column / decode_common::kTileColumns) +
-      static_cast<std::size_t>(b) * decode_common::kTileColumns +
-      column % decode_common::kTileColumns;
-  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int group = 0; group < p.splits; group += kSplitsAtOnce) {
-    float4 part[kSplitsAtOnce];
-#pragma unroll
-    for (int k = 0; k < kSplitsAtOnce; ++k)
-      part[k] =
-          group + k < p.splits
-              ? __ldcg(reinterpret_cast<const float4*>(first_split + (group + k) * split_floats))
-              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int k = 0; k < kSplitsAtOnce; ++k) {
-      if (group + k >= p.splits) break;
-      if (group + k == 0) {
-        sum = part[0];  // not 0 + part: the sign of a zero stays the first split's
-        continue;
-      }
-      sum.x += part[k].x;
-      sum.y += part[k].y;
-      sum.z += part[k].z;
-      sum.w += part[k].w;
-    }
-  }
-  return sum;
-}
-
-/// Columns column .. column + 3 of row b of product p (epilogue kBias or kBiasResidual),
-/// finished as its last split would have finished them (store_rows): the splits' sum,
-/// + bias, + the residual there before, in fp32, rounded to bf16 once and stored to the
-/// product's output. Returns the stored values, widened.
-__device__ __forceinline__ float4 finish_quad(const ProductArguments& p, int b, int column) {
-  bf16* at = p.out + static_cast<std::size_t>(b) * p.N + column;
-  float bias[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) bias[j] = __bfloat162float(p.bias[column + j]);
-  uint2 residual = make_uint2(0, 0);
-  if (p.epilogue == DecodeEpilogue::kBiasResidual) residual = *reinterpret_cast<const uint2*>(at);
-  const float4 sum = sum_of_splits(p, b, column);
-  float y[4] = {sum.x, sum.y, sum.z, sum.w};
-  const std::uint32_t residual_words[2] = {residual.x, residual.y};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    y[j] += bias[j];
-    if (p.epilogue == DecodeEpilogue::kBiasResidual) {
-      const std::uint32_t word = residual_words[j / 2];
-      y[j] += __uint_as_float(j % 2 == 0 ? word << 16 : word & 0xffff0000u);
-    }
-  }
-  const __nv_bfloat162 low = __floats2bfloat162_rn(y[0], y[1]);
-  const __nv_bfloat162 high = __floats2bfloat162_rn(y[2], y[3]);
-  *reinterpret_cast<uint2*>(at) = make_uint2(*reinterpret_cast<const std::uint32_t*>(&low),
-                                             *reinterpret_cast<const std::uint32_t*>(&high));
-  return make_float4(__low2float(low), __high2float(low), __low2float(high), __high2float(high));
-}
-
-/// Attention (b, h), before it attends, when the qkv product's readers sum it: head h's
-/// q, k and v of row b finished into qkv, a quad a thread (3 D / 4 of them), where
-/// attend_head_bf16 reads them. The caller's barrier orders them before those reads.
-__device__ __forceinline__ void finish_head_qkv(const ProductArguments& qkv, int b, int h, int C,
-                                                int H) {
-  const int D = C / H;
-  const int quads_per_part = D / 4;
-  for (int i = static_cast<int>(threadIdx.x); i < 3 * quads_per_part; i += kThreads)
-    (void)finish_quad(qkv, b, (i / quads_per_part) * C + h * D + 4 * (i % quads_per_part));
-}
-
-/// A LayerNorm row b, before it normalizes, when the projection before it is summed by
-/// its readers: the new residual row finished into hidden (the product's output), a quad
-/// a thread, and kept, widened, in `row` (C floats of shared memory) for the LayerNorm.
-/// The caller's barrier orders `row` before the LayerNorm reads it.
-__device__ __forceinline__ void finish_residual_row(const ProductArguments& projection, int b,
-                                                    int C, float* row) {
-  for (int q = static_cast<int>(threadIdx.x); q < C / 4; q += kThreads)
-    *reinterpret_cast<float4*>(row + 4 * q) = finish_quad(projection, b, 4 * q);
-}
-
-/// The projection whose sum a LayerNorm row must finish before it normalizes: ln_2 of
-/// layer l reads layer l's attention projection, ln_1 of layer l >= 1 and ln_f the MLP
-/// projection of the layer before. Its layer and product, or layer -1: none (ln_1 of
-/// layer 0 reads the embedding; a projection that finishes its own tiles). An index,
-/// not a pointer: a pointer into the kernel's parameters would make the compiler copy
-/// them all to local memory.
-struct ProjectionToFinish {
-  int layer;
-  int product;
-};
-__device__ __forceinline__ ProjectionToFinish
-projection_to_finish(const KernelArguments& arguments, const PersistentInstruction& instruction) {
-  const auto norm = static_cast<PersistentNorm>(instruction.which);
-  const int layer = norm == PersistentNorm::kSecond  ? instruction.layer
-                    : norm == PersistentNorm::kFirst ? instruction.layer - 1
-                                                     : arguments.launch.n_layer - 1;
-  const int product =
-      static_cast<int>(norm == PersistentNorm::kSecond ? PersistentProduct::kAttentionProjection
-                                                       : PersistentProduct::kMlpProjection);
-  if (layer < 0 || !arguments.summed_by_readers[product]) return {-1, product};
-  return {layer, product};
-}
-
 /// The argmax of row b over the LM head's candidates, then the greedy bookkeeping of
 /// argmax_step_kernel (sampling.cu): the token (or the forced one), its column of the
 /// output, the row's finished flag.
@@ -360,21 +233,18 @@ __device__ __forceinline__ void attention_barrier() {
 // Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
-// Promises: LDGSTS.E.BYPASS.128 LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
-// Spills: at most 456 bytes (128 registers a thread, two blocks a multiprocessor: the step
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
+// Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
 // measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
     persistent_decode_kernel(const KernelArguments arguments) {
   const PersistentDecodeLaunch& a = arguments.launch;
   __shared__ float4 product_storage[decode_bf16::kKGroups * kRows * decode_common::kTileStride / 4];
-  static_assert(decode_bf16::kKGroups * kRows * decode_common::kTileStride >= kMaxLayernormC,
-                "a LayerNorm's finished row fits the product tile's storage");
   __shared__ AttentionShared attention_shared;
   __shared__ Candidate warp_winners[kWarps];
   __shared__ int stopping;  // set once, by thread 0, when the kernel is stopping
   float* product_shared = reinterpret_cast<float*>(product_storage);
-  extern __shared__ uint4 weight_stages[];  // kStagedWeightBytes
   const int first = a.schedule.block_first[blockIdx.x];
   const int end = a.schedule.block_first[blockIdx.x + 1];
   const int lm_head_candidates = arguments.lm_head_candidates;
@@ -432,34 +302,8 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
             weight = weights.weight;
             bias = weights.bias;
           }
-          const ProjectionToFinish projection = projection_to_finish(arguments, instruction);
-          if (projection.layer < 0) {
-            normalize_row<bf16, kBfloatPack, 1, false>(instruction.unit, nullptr, a.hidden, weight,
-                                                       bias, a.normed, a.C, a.eps, wait);
-            break;
-          }
-          // The row finished into shared memory (the product tile's, free between
-          // products) and the LayerNorm run on it there.
-          float* row = product_shared;
-          normalize_row_from<bf16, kBfloatPack, 1>(
-              instruction.unit,
-              [&](int pack) {
-                PackedFloats<kBfloatPack> values;
-                const float4 low = *reinterpret_cast<const float4*>(row + kBfloatPack * pack);
-                const float4 high = *reinterpret_cast<const float4*>(row + kBfloatPack * pack + 4);
-                const float each[kBfloatPack] = {low.x,  low.y,  low.z,  low.w,
-                                                 high.x, high.y, high.z, high.w};
-#pragma unroll
-                for (int j = 0; j < kBfloatPack; ++j) values.values[j] = each[j];
-                return values;
-              },
-              weight, bias, a.normed, a.C, a.eps,
-              [&] {
-                wait();
-                finish_residual_row(arguments.layer_products[projection.layer][projection.product],
-                                    instruction.unit, a.C, row);
-                __syncthreads();
-              });
+          normalize_row<bf16, kBfloatPack, 1, false>(instruction.unit, nullptr, a.hidden, weight,
+                                                     bias, a.normed, a.C, a.eps, wait);
           break;
         }
         case PersistentOp::kProduct: {
@@ -467,16 +311,15 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
           if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
             const LmHeadArguments& p =
                 a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead, kWeightStages>(
-                p, instruction.unit / p.column_tiles, instruction.unit % p.column_tiles,
-                product_shared, wait, weight_stages);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           } else {
             const ProductArguments& p =
                 arguments.layer_products[instruction.layer][instruction.which];
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead, kWeightStages>(
-                p, instruction.unit / p.column_tiles, instruction.unit % p.column_tiles,
-                product_shared, wait, weight_stages,
-                arguments.summed_by_readers[instruction.which]);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           }
           break;
         }
@@ -484,11 +327,6 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
           wait();
           const int b = instruction.unit / a.H;
           const int h = instruction.unit % a.H;
-          constexpr int kQkv = static_cast<int>(PersistentProduct::kQkv);
-          if (arguments.summed_by_readers[kQkv]) {
-            finish_head_qkv(arguments.layer_products[instruction.layer][kQkv], b, h, a.C, a.H);
-            __syncthreads();
-          }
           const std::size_t layer_offset =
               static_cast<std::size_t>(instruction.layer) * a.layer_elements;
           if (threadIdx.x < kAttentionThreads)
@@ -527,24 +365,15 @@ void* kernel_address() {
 
 int row_tile_of(int B) { return B <= 16 ? 16 : B <= 32 ? 32 : 64; }
 
-/// The kernel of a batch of B rows, allowed its dynamic shared memory (the weight stages:
-/// above the 48 KiB a kernel gets without asking).
 void* kernel_for(int B) {
-  void* kernel = nullptr;
   switch (row_tile_of(B)) {
     case 16:
-      kernel = kernel_address<16>();
-      break;
+      return kernel_address<16>();
     case 32:
-      kernel = kernel_address<32>();
-      break;
+      return kernel_address<32>();
     default:
-      kernel = kernel_address<64>();
-      break;
+      return kernel_address<64>();
   }
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kStagedWeightBytes));
-  return kernel;
 }
 
 /// The arguments chapter 10's launch passes for one product (the same plan), with the
@@ -580,8 +409,7 @@ std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits) {
 
 int persistent_decode_blocks_per_multiprocessor(int B) {
   int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads,
-                                                           kStagedWeightBytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads, 0));
   return blocks;
 }
 
@@ -704,10 +532,6 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
   arguments.lm_head = lm_heads.front();
   arguments.lm_heads = static_cast<const LmHeadArguments*>(a.argument_tables);
   arguments.lm_head_candidates = plan(PersistentProduct::kLmHead).plan.column_tiles;
-  for (int product = 0; product < kLayerProducts; ++product)
-    arguments.summed_by_readers[product] =
-        summed_by_readers(static_cast<PersistentProduct>(product),
-                          plan(static_cast<PersistentProduct>(product)).plan.splits);
 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -717,9 +541,9 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
                          "the device cannot launch a cooperative kernel (every block resident at "
                          "once), which the persistent kernel needs");
   void* kernel_arguments[] = {&arguments};
-  CUDA_CHECK(cudaLaunchCooperativeKernel(
-      kernel_for(a.B), dim3(static_cast<unsigned int>(a.schedule.blocks)), dim3(kThreads),
-      kernel_arguments, kStagedWeightBytes, stream));
+  CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for(a.B),
+                                         dim3(static_cast<unsigned int>(a.schedule.blocks)),
+                                         dim3(kThreads), kernel_arguments, 0, stream));
   CUDA_CHECK_LAUNCH(stream);
 }
 

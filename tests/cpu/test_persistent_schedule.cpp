@@ -7,8 +7,7 @@
 // tilings whose splits do not divide the chunks, heads that straddle 64-column tiles,
 // one block, more blocks than instructions) and GPT-2 small's shapes run without a
 // deadlock or a data hazard; and it can fail: a schedule with a wait removed, a signal
-// dropped, a wait on a later instruction or an instruction duplicated is caught; a reader
-// that sums a product's splits but waits for one split fewer reads a stale partial.
+// dropped, a wait on a later instruction or an instruction duplicated is caught.
 // Run: cpu_tests "[persistent]"
 #include <catch2/catch.hpp>
 
@@ -182,25 +181,6 @@ TEST_CASE("persistent schedule: the instructions of each op", "[persistent]") {
   CHECK(check_wait_order(schedule).empty());
 }
 
-TEST_CASE("persistent schedule: the split products whose readers sum them", "[persistent]") {
-  using ladder::summed_by_readers;
-  // Read by attention heads and LayerNorm rows: summed by them when split.
-  for (const PersistentProduct p :
-       {PersistentProduct::kQkv, PersistentProduct::kAttentionProjection,
-        PersistentProduct::kMlpProjection}) {
-    CAPTURE(static_cast<int>(p));
-    CHECK(summed_by_readers(p, 2));
-    CHECK(summed_by_readers(p, 16));
-    CHECK_FALSE(summed_by_readers(p, 1));  // one split finishes its own tile
-  }
-  // Read by the MLP projection's chunks and by the argmax: the last split sums them.
-  for (const PersistentProduct p : {PersistentProduct::kMlpExpand, PersistentProduct::kLmHead}) {
-    CAPTURE(static_cast<int>(p));
-    CHECK_FALSE(summed_by_readers(p, 4));
-    CHECK_FALSE(summed_by_readers(p, 1));
-  }
-}
-
 TEST_CASE("persistent schedule: GPT-2 small's instruction count", "[persistent]") {
   for (const int B : {1, 32}) {
     CAPTURE(B);
@@ -369,35 +349,6 @@ TEST_CASE("persistent schedule: every wait is needed, and removing one is caught
     }
   }
   CHECK(removed > 50);
-}
-
-TEST_CASE("persistent schedule: a reader that sums the splits must wait for every one",
-          "[persistent]") {
-  // The readers of a split qkv product and of the split projections add every split's
-  // partial: a wait for one split fewer than the tile gets lets some interleaving read a
-  // partial not yet written (the old layer's). One instruction a block, as above.
-  PersistentShape shape = make_shape(2, 192, 4, 200, 2, Splits{{3, 2, 2, 3, 1}}, 1);
-  shape.blocks = static_cast<int>(build_persistent_schedule(shape).instructions.size()) + 3;
-  const PersistentSchedule schedule = build_persistent_schedule(shape);
-  int weakened = 0;
-  for (const PersistentOp op : {PersistentOp::kAttention, PersistentOp::kLayerNorm}) {
-    for (int i = 0; i < static_cast<int>(schedule.instructions.size()); ++i) {
-      const PersistentInstruction& instruction = schedule.instructions[static_cast<std::size_t>(i)];
-      if (instruction.op != static_cast<std::int32_t>(op) || instruction.layer != 1) continue;
-      PersistentSchedule broken = schedule;
-      for (int w = 0; w < instruction.wait_count; ++w)
-        --broken.waits[static_cast<std::size_t>(instruction.first_wait + w)].per_step;
-      SimulationResult result;
-      const int seed = first_failing_seed(broken, 2, 400, result);
-      CAPTURE(describe(schedule, instruction));
-      REQUIRE(seed >= 0);
-      CHECK(mentions(result.problem, "stale read (RAW)"));
-      CHECK(mentions(result.problem, "workspace of product"));
-      ++weakened;
-      break;  // one attention head, one LayerNorm row (ln_1 of layer 1)
-    }
-  }
-  CHECK(weakened == 2);
 }
 
 TEST_CASE("persistent schedule: a dropped signal is a deadlock", "[persistent]") {
