@@ -65,13 +65,18 @@ struct KernelArguments {
 
 // ---------------------------------------------------------------- counters
 
-/// An acquire load of a counter: once it reads a count, it synchronizes with the release
-/// of every producer that count holds. Every turn of a wait loads this way, so the turn
-/// that sees the count is the acquire (a relaxed turn would need one more round trip to
-/// L2 for it). Each turn invalidates the multiprocessor's L1, which holds little the
-/// kernel reads twice (weights and cache rows are read once a step). Unlike
-/// fence.acq_rel it does not wait for this thread's own loads still in flight (the
-/// weight chunks asked before the wait).
+/// A strong load of a counter, without the acquire: spinning with acquire loads would
+/// invalidate the multiprocessor's L1 at every turn of the loop.
+__device__ __forceinline__ std::uint32_t load_relaxed(const std::uint32_t* at) {
+  std::uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
+  return value;
+}
+
+/// After a relaxed load saw the count: an acquire load of the same counter, once. The
+/// count only grows within a launch, so it reads the count seen or a later one, and
+/// synchronizes with every producer's release; unlike fence.acq_rel it does not wait for
+/// this thread's own loads still in flight (the weight chunks asked before the wait).
 __device__ __forceinline__ std::uint32_t load_acquire(const std::uint32_t* at) {
   std::uint32_t value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(at) : "memory");
@@ -94,11 +99,17 @@ __device__ __forceinline__ bool fault_raised(const PersistentDecodeLaunch& a) {
 __device__ bool spin_until(const PersistentDecodeLaunch& a, int counter, std::uint32_t target,
                            int instruction, int step) {
   const std::uint32_t* at = a.schedule.counters + counter;
-  if (load_acquire(at) >= target) return true;
+  if (load_relaxed(at) >= target) {
+    (void)load_acquire(at);
+    return true;
+  }
   const unsigned long long start = global_timer_ns();
   for (unsigned int spins = 1;; ++spins) {
-    const std::uint32_t value = load_acquire(at);
-    if (value >= target) return true;
+    const std::uint32_t value = load_relaxed(at);
+    if (value >= target) {
+      (void)load_acquire(at);
+      return true;
+    }
     if (spins % 64 == 0) {
       if (fault_raised(a)) return false;
       if (global_timer_ns() - start > a.watchdog_ns) {

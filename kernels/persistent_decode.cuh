@@ -10,11 +10,12 @@
 // 10's and so are the tokens. What replaces the kernel boundary between two ops:
 //   * a producer, once its outputs are written, adds 1 to a counter with release
 //     semantics (__syncthreads, then one thread: fence.acq_rel.gpu and a relaxed add);
-//   * a consumer's first warp spins with acquire loads (ld.acquire.gpu), a lane a
-//     counter, until every counter it needs has reached its target, and the block meets
-//     at __syncthreads: the acquire that saw the count makes the producers' writes
-//     visible to those lanes, the barrier to the rest of the block (release, acquire and
-//     the barriers order one another transitively);
+//   * a consumer's first warp spins with relaxed loads, a lane a counter, until every
+//     counter it needs has reached its target, each lane loads its counter once more
+//     with acquire semantics (ld.acquire.gpu: it reads that count or a later one), and
+//     the block meets at __syncthreads: the acquire makes the producers' writes visible
+//     to those lanes, the barrier to the rest of the block (release, acquire and the
+//     barriers order one another transitively);
 //   * a product's weight, which nothing writes, is requested before that wait (the
 //     same place where chapter 10's kernels wait for the kernel before them under a
 //     programmatic launch), so it streams while the block waits for its inputs.
