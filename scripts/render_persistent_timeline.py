@@ -11,8 +11,15 @@ when its waits were over and when it had signalled (ns from the step's first sta
 OUT.svg: blocks (rows) against time, one bar per instruction, pale while it waits for its
 counters and coloured by op while it works and signals. OUT.md: per op, how many
 instructions, and the mean and the largest microseconds spent waiting and working; and the
-step's span. With --layer L the picture holds layer L's instructions only, over the time
-they span (the table still sums the whole step). Needs no GPU and nothing beyond Python's standard library.
+step's span. Then the chain of a layer, phase by phase (ln_1, the qkv product, attention,
+its projection, ln_2, c_fc, the MLP projection), each averaged over the layers: from its
+first instruction's inputs being ready to its last signal (the phase's span), the median
+instruction's work, the work of the instruction that signals last (the one the next phase
+waits for), and the time from the phase before's last signal to this phase's first ready
+instruction (the handover; below zero where a phase starts on part of its inputs); and a
+layer's time, ln_1 to ln_1. With --layer L the picture holds layer L's instructions only,
+over the time they span (the tables still cover the whole step). Needs no GPU and nothing
+beyond Python's standard library.
 """
 
 import csv
@@ -20,6 +27,10 @@ import statistics
 import sys
 
 OPS = {0: "embedding", 1: "LayerNorm", 2: "product", 3: "attention", 4: "argmax", 5: "stop"}
+# A layer's phases in the order of its chain: (name, op, words its description holds).
+PHASES = [("ln_1", 1, "ln_1 "), ("qkv product", 2, "qkv product"), ("attention", 3, "attention"),
+          ("attention projection", 2, "attention projection"), ("ln_2", 1, "ln_2 "),
+          ("c_fc", 2, "c_fc"), ("MLP projection", 2, "MLP projection,")]
 COLOURS = {0: "#8c564b", 1: "#2ca02c", 2: "#1f77b4", 3: "#ff7f0e", 4: "#9467bd", 5: "#d62728"}
 
 
@@ -97,6 +108,69 @@ def summary(rows):
     return "\n".join(lines) + "\n"
 
 
+def phase_of(row):
+    """The index into PHASES of a layer's instruction, or None (outside the layers)."""
+    if row["layer"] < 0:
+        return None
+    for index, (_, op, words) in enumerate(PHASES):
+        if row["op"] == op and words in row["what"]:
+            return index
+    return None
+
+
+def phases(rows):
+    """The chain of a layer, phase by phase, averaged over the layers of the step."""
+    by_phase = {}
+    for row in rows:
+        index = phase_of(row)
+        if index is not None:
+            by_phase.setdefault((row["layer"], index), []).append(row)
+    layers = sorted({layer for layer, _ in by_phase})
+    complete = [layer for layer in layers
+                if all((layer, index) in by_phase for index in range(len(PHASES)))]
+    if not complete:
+        return ""
+    columns = {index: {"count": [], "span": [], "median": [], "last": [], "handover": []}
+               for index in range(len(PHASES))}
+    for layer in complete:
+        previous_end = None
+        if layer - 1 in complete:
+            previous_end = max(row["done_ns"] for row in by_phase[(layer - 1, len(PHASES) - 1)])
+        for index in range(len(PHASES)):
+            mine = by_phase[(layer, index)]
+            start = min(row["ready_ns"] for row in mine)
+            last = max(mine, key=lambda row: row["done_ns"])
+            column = columns[index]
+            column["count"].append(len(mine))
+            column["span"].append((last["done_ns"] - start) / 1e3)
+            column["median"].append(statistics.median(
+                (row["done_ns"] - row["ready_ns"]) / 1e3 for row in mine))
+            column["last"].append((last["done_ns"] - last["ready_ns"]) / 1e3)
+            if previous_end is not None:
+                column["handover"].append((start - previous_end) / 1e3)
+            previous_end = last["done_ns"]
+    first_ln = {layer: min(row["ready_ns"] for row in by_phase[(layer, 0)]) for layer in complete}
+    layer_times = [(first_ln[layer + 1] - first_ln[layer]) / 1e3
+                   for layer in complete if layer + 1 in first_ln]
+    lines = ["", f"The chain of a layer, phase by phase: means over layers {complete[0]} to "
+             f"{complete[-1]} (µs)", "",
+             "| phase | instructions | span | work, median | work of the last to signal | "
+             "handover from the phase before |", "|---|--:|--:|--:|--:|--:|"]
+    for index, (name, _, _) in enumerate(PHASES):
+        column = columns[index]
+        handover = (f"{statistics.mean(column['handover']):.2f}" if column["handover"]
+                    else "-")
+        lines.append(f"| {name} | {round(statistics.mean(column['count']))} | "
+                     f"{statistics.mean(column['span']):.2f} | "
+                     f"{statistics.mean(column['median']):.2f} | "
+                     f"{statistics.mean(column['last']):.2f} | {handover} |")
+    if layer_times:
+        lines += ["", f"A layer, from its ln_1's first ready row to the next layer's: "
+                  f"{statistics.mean(layer_times):.2f} µs on average "
+                  f"({min(layer_times):.2f} to {max(layer_times):.2f})."]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     arguments = sys.argv[1:]
     layer = None
@@ -113,7 +187,7 @@ def main():
     with open(arguments[1], "w", encoding="utf-8") as file:
         file.write(svg(rows, layer=layer))
     with open(arguments[2], "w", encoding="utf-8") as file:
-        file.write(summary(rows))
+        file.write(summary(rows) + phases(rows))
 
 
 if __name__ == "__main__":

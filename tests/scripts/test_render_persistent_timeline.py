@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/scripts/test_render_persistent_timeline.py - scripts/render_persistent_timeline.py
 on a made-up timeline: the picture holds a bar pair per instruction, the summary the right
-counts and means, and stamps out of order are refused."""
+counts and means, the chain of a layer the right spans, works and handovers, and stamps
+out of order are refused."""
 
 import os
 import subprocess
@@ -23,8 +24,42 @@ def run(directory, text, *flags):
     return result, picture, table
 
 
+def two_layers():
+    """Layers 0 and 1, each phase 0.5 us after the one before; the qkv product two
+    instructions (work 2 and 3 us, the 3 us one signalling last), every other phase one
+    instruction of 1 us (attention 2 us); layer 1 starts 14 us after layer 0."""
+    phases = [(1, "ln_1 of row 0", [(0, 1000)]),
+              (2, "qkv product, split 0 of column tile 0", [(1500, 3500), (2000, 5000)]),
+              (3, "attention of row 0, head 0", [(5500, 7500)]),
+              (2, "attention projection, split 0 of column tile 0", [(8000, 9000)]),
+              (1, "ln_2 of row 0", [(9500, 10500)]),
+              (2, "MLP expansion (c_fc), split 0 of column tile 0", [(11000, 12000)]),
+              (2, "MLP projection, split 0 of column tile 0", [(12500, 13500)])]
+    lines, index = [], 0
+    for layer in (0, 1):
+        for op, what, stamps in phases:
+            for ready, done in stamps:
+                shift = 14000 * layer
+                lines.append(f'{index},{index % 3},{op},{layer},"layer {layer}, {what}",'
+                             f'{shift + max(ready - 500, 0)},{shift + ready},{shift + done}\n')
+                index += 1
+    return "".join(lines)
+
+
 def main():
     with tempfile.TemporaryDirectory() as directory:
+        result, _, table = run(directory, two_layers())
+        assert result.returncode == 0, result.stderr
+        with open(table, encoding="utf-8") as file:
+            text = file.read()
+        assert "means over layers 0 to 1 (µs)" in text, text
+        # phase | instructions | span | work, median | work of the last | handover
+        assert "| ln_1 | 1 | 1.00 | 1.00 | 1.00 | 0.50 |" in text, text  # layer 1 only
+        assert "| qkv product | 2 | 3.50 | 2.50 | 3.00 | 0.50 |" in text, text
+        assert "| attention | 1 | 2.00 | 2.00 | 2.00 | 0.50 |" in text, text
+        assert "| MLP projection | 1 | 1.00 | 1.00 | 1.00 | 0.50 |" in text, text
+        assert "14.00 µs on average (14.00 to 14.00)" in text, text
+
         result, picture, table = run(directory, (
             '0,0,0,-1,"the embedding of row 0",0,1000,2000\n'
             '1,1,1,0,"layer 0, ln_1 of row 0",0,3000,4000\n'
