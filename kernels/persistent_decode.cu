@@ -43,14 +43,7 @@ static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of th
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
 
 constexpr int kLayerProducts = kPersistentProducts - 1;  // every product but the LM head
-// Chunks of a product whose x a lane loads before it multiplies any of them
-// (bf16_product_tile): 8 loads of 16 bytes a lane in flight at row tiles 16 and 32, as a
-// chunk alone has at 64. Within the 128 registers the kernel is capped at anyway.
-template <int kRows>
-constexpr int kChunksOfX = kRows == 16   ? 4
-                           : kRows == 32 ? 2
-                                         : 1;
-constexpr int kMaxLayers = 48;  // GPT-2 XL
+constexpr int kMaxLayers = 48;                           // GPT-2 XL
 
 /// The kernel's arguments: the launch's description, and every product's kernel
 /// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
@@ -241,7 +234,7 @@ __device__ __forceinline__ void attention_barrier() {
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
 // Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
-// Spills: at most 488 bytes (128 registers a thread, two blocks a multiprocessor: the step
+// Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
 // measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
@@ -318,17 +311,15 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
           if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
             const LmHeadArguments& p =
                 a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead,
-                                           kChunksOfX<kRows>>(p, instruction.unit / p.column_tiles,
-                                                              instruction.unit % p.column_tiles,
-                                                              product_shared, wait);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           } else {
             const ProductArguments& p =
                 arguments.layer_products[instruction.layer][instruction.which];
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead,
-                                           kChunksOfX<kRows>>(p, instruction.unit / p.column_tiles,
-                                                              instruction.unit % p.column_tiles,
-                                                              product_shared, wait);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           }
           break;
         }
