@@ -28,26 +28,18 @@ using decode_bf16::kKGroups;
 using decode_common::kThreads;
 using decode_common::kTileStride;
 
-// Blocks a multiprocessor the kernel is compiled for: three at row tile 16, two above.
-template <int kRows>
-constexpr int kBlocksPerMultiprocessor = kRows == 16 ? 3 : 2;
-// Chunks whose x a lane loads before it multiplies any of them (bf16_product_tile): two
-// at row tiles 16 and 32 (within the registers of the blocks above), one at 64 (whose
-// chunk alone has 8 loads of x a lane).
-template <int kRows>
-constexpr int kChunksOfX = kRows == 64 ? 1 : 2;
+constexpr int kBlocksPerMultiprocessor = 2;
 
 // One block per (split, tile) = (blockIdx.x, blockIdx.y): bf16_product_tile.
 // Promises: LDG.E.128<ACQBULK HMMA.16816.F32.BF16 PREEXIT UCGABAR_ARV UCGABAR_WAIT
 template <int kRows, bool kXVector, typename Out>
-__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor<kRows>)
+__global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     decode_matmul_bf16_kernel(const DecodeMatmulBf16Arguments<Out> a) {
   __shared__ float4 shared_storage[kKGroups * kRows * kTileStride / 4];
-  bf16_product_tile<kRows, kXVector, decode_bf16::kChunksAhead, kChunksOfX<kRows>>(
-      a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
-      reinterpret_cast<float*>(shared_storage), [&] {
-        if (a.programmatic) wait_for_previous_kernel();
-      });
+  bf16_product_tile<kRows, kXVector>(a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                                     reinterpret_cast<float*>(shared_storage), [&] {
+                                       if (a.programmatic) wait_for_previous_kernel();
+                                     });
 }
 
 // ---------------------------------------------------------------- host side

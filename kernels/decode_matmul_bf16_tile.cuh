@@ -109,64 +109,29 @@ __device__ __forceinline__ TileLane tile_lane(const DecodeMatmulBf16Arguments<Ou
   return place;
 }
 
-/// The lane's x of one chunk: for each m16 tile, 8 inputs from k of rows g and g + 8.
-template <int kRows>
-struct ChunkX {
-  uint4 upper[kRows / 16];
-  uint4 lower[kRows / 16];
-};
-
+/// sums += x W for one chunk: the lane's 8 inputs from k of x's rows, times its two pieces
+/// of W (8 inputs of one column each), on the tensor cores.
 template <int kRows, bool kXVector, typename Out>
-__device__ __forceinline__ ChunkX<kRows> load_chunk_x(const DecodeMatmulBf16Arguments<Out>& a,
-                                                      const TileLane& place, int k) {
-  ChunkX<kRows> x;
-#pragma unroll
-  for (int m16 = 0; m16 < kRows / 16; ++m16) {
-    x.upper[m16] = load_x<kXVector>(a, 16 * m16 + place.g, k);
-    x.lower[m16] = load_x<kXVector>(a, 16 * m16 + place.g + 8, k);
-  }
-  return x;
-}
-
-/// sums += x W for one m16 tile of one chunk: the lane's 8 inputs of rows g (`upper`) and
-/// g + 8 (`lower`), times its two pieces of W (8 inputs of one column each), on the
-/// tensor cores.
-__device__ __forceinline__ void multiply_m16(const uint4& upper, const uint4& lower,
-                                             const uint4 (&pieces)[2], float (&sums)[2][4]) {
-#pragma unroll
-  for (int step = 0; step < 2; ++step) {
-    const std::uint32_t a_fragment[4] = {word(upper, 2 * step), word(lower, 2 * step),
-                                         word(upper, 2 * step + 1), word(lower, 2 * step + 1)};
-#pragma unroll
-    for (int n8 = 0; n8 < 2; ++n8) {
-      const std::uint32_t b_fragment[2] = {word(pieces[n8], 2 * step),
-                                           word(pieces[n8], 2 * step + 1)};
-      mma_bf16(sums[n8], a_fragment, b_fragment);
-    }
-  }
-}
-
-/// sums += x W for one chunk, its x loaded (load_chunk_x).
-template <int kRows>
-__device__ __forceinline__ void multiply_chunk(const ChunkX<kRows>& x, const uint4 (&pieces)[2],
+__device__ __forceinline__ void multiply_chunk(const DecodeMatmulBf16Arguments<Out>& a,
+                                               const TileLane& place, int k,
+                                               const uint4 (&pieces)[2],
                                                float (&sums)[kRows / 16][2][4]) {
 #pragma unroll
-  for (int m16 = 0; m16 < kRows / 16; ++m16)
-    multiply_m16(x.upper[m16], x.lower[m16], pieces, sums[m16]);
-}
-
-/// sums += x W for one chunk, each m16 tile's x loaded just before its products: the
-/// scalar path (x rows not 16-byte aligned), whose plain 2-byte loads the compiler
-/// schedules freely, and which would hold 8 registers a piece if loaded ahead.
-template <int kRows, typename Out>
-__device__ __forceinline__ void multiply_chunk_loading(const DecodeMatmulBf16Arguments<Out>& a,
-                                                       const TileLane& place, int k,
-                                                       const uint4 (&pieces)[2],
-                                                       float (&sums)[kRows / 16][2][4]) {
+  for (int m16 = 0; m16 < kRows / 16; ++m16) {
+    const uint4 upper = load_x<kXVector>(a, 16 * m16 + place.g, k);
+    const uint4 lower = load_x<kXVector>(a, 16 * m16 + place.g + 8, k);
 #pragma unroll
-  for (int m16 = 0; m16 < kRows / 16; ++m16)
-    multiply_m16(load_x<false>(a, 16 * m16 + place.g, k),
-                 load_x<false>(a, 16 * m16 + place.g + 8, k), pieces, sums[m16]);
+    for (int step = 0; step < 2; ++step) {
+      const std::uint32_t a_fragment[4] = {word(upper, 2 * step), word(lower, 2 * step),
+                                           word(upper, 2 * step + 1), word(lower, 2 * step + 1)};
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8) {
+        const std::uint32_t b_fragment[2] = {word(pieces[n8], 2 * step),
+                                             word(pieces[n8], 2 * step + 1)};
+        mma_bf16(sums[m16][n8], a_fragment, b_fragment);
+      }
+    }
+  }
 }
 
 // Math:   y = x W over this block's chunks of K, for the rows of x below B and the 64
@@ -182,15 +147,7 @@ __device__ __forceinline__ void multiply_chunk_loading(const DecodeMatmulBf16Arg
 // aligned); `wait_for_inputs()` is called once the block's first weight chunks are in
 // flight and before x, the residual stream or the workspace is touched (a kernel
 // boundary's wait, or the persistent kernel's wait on counters). Every thread calls it.
-//
-// x's 16-byte loads (__ldcg) and the mma instructions are both asm volatile, so they issue
-// in program order, and an mma waits for its x: x loaded just before its products would
-// leave for L2 only once the x before it was back. So a lane loads the x of every m16
-// tile of kChunksOfX chunks before it multiplies any of them: one round trip to L2 per
-// kChunksOfX chunks (each kernel says how many its registers allow:
-// decode_matmul_bf16.cu, persistent_decode.cu).
-template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, int kChunksOfX = 1,
-          typename Out, typename Wait>
+template <int kRows, bool kXVector, int kChunksInFlight = kChunksAhead, typename Out, typename Wait>
 __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Arguments<Out>& a,
                                                   int split, int tile, float* shared,
                                                   const Wait& wait_for_inputs) {
@@ -199,8 +156,7 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
   const int octets = a.padded_rows / kBfloatTileK;
   const ChunkRange range = chunk_range(a, split);
   const auto load_weights = [&](int chunk_in_range, uint4(&pieces)[2]) {
-    const int octet =
-        (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;  // of 8 inputs
+    const int octet = (range.first + chunk_in_range) * kOctetsPerChunk + place.octet;  // of 8 inputs
 #pragma unroll
     for (int n8 = 0; n8 < 2; ++n8) {
       pieces[n8] = make_uint4(0, 0, 0, 0);
@@ -221,34 +177,13 @@ __device__ __forceinline__ void bf16_product_tile(const DecodeMatmulBf16Argument
   // has finished; the kernel report checks the order (LDG.E.128<ACQBULK). Launched
   // without the attribute, a kernel has nothing to wait for.
   wait_for_inputs();
-  const auto k_of = [&](int chunk_in_range) {
-    return (range.first + chunk_in_range) * kChunkRows + kBfloatTileK * place.octet;
-  };
-  if constexpr (kXVector) {
-    static_assert(kChunksInFlight % kChunksOfX == 0, "x comes a whole group at a time");
-    for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
+  for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
 #pragma unroll
-      for (int group = chunk; group < chunk + kChunksInFlight; group += kChunksOfX) {
-        ChunkX<kRows> x[kChunksOfX];
-#pragma unroll
-        for (int i = 0; i < kChunksOfX; ++i)
-          if (group + i < range.count) x[i] = load_chunk_x<kRows, true>(a, place, k_of(group + i));
-#pragma unroll
-        for (int i = 0; i < kChunksOfX; ++i) {
-          if (group + i >= range.count) break;  // the same for the whole block
-          multiply_chunk<kRows>(x[i], ahead[group - chunk + i], sums);
-          load_weights(group + i + kChunksInFlight, ahead[group - chunk + i]);
-        }
-      }
-    }
-  } else {
-    for (int chunk = 0; chunk < range.count; chunk += kChunksInFlight) {
-#pragma unroll
-      for (int i = 0; i < kChunksInFlight; ++i) {
-        if (chunk + i >= range.count) break;
-        multiply_chunk_loading<kRows>(a, place, k_of(chunk + i), ahead[i], sums);
-        load_weights(chunk + i + kChunksInFlight, ahead[i]);
-      }
+    for (int i = 0; i < kChunksInFlight; ++i) {
+      if (chunk + i >= range.count) break;  // the same for the whole block
+      const int k = (range.first + chunk + i) * kChunkRows + kBfloatTileK * place.octet;
+      multiply_chunk<kRows, kXVector>(a, place, k, ahead[i], sums);
+      load_weights(chunk + i + kChunksInFlight, ahead[i]);
     }
   }
   // Unlike the fp32 kernels, the next kernel may launch only once every block has read

@@ -234,7 +234,7 @@ __device__ __forceinline__ void attention_barrier() {
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
 // Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
-// Spills: at most 488 bytes (128 registers a thread, two blocks a multiprocessor: the step
+// Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
 // measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
