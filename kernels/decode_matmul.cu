@@ -166,11 +166,43 @@ int row_tile_for(int B, DecodePrecision precision) {
 
 // ---------------------------------------------------------------- cp.async
 
-using decode_common::commit_async_copies;
-using decode_common::copy_async;
-using decode_common::shared_address;
-using decode_common::wait_async_copies;
 constexpr unsigned int kFloatBytes = sizeof(float);
+
+/// The address of `pointer`, which points into shared memory, in the .shared state space
+/// (what cp.async takes as its destination).
+__device__ __forceinline__ unsigned int shared_address(const float* pointer) {
+  return static_cast<unsigned int>(__cvta_generic_to_shared(pointer));
+}
+
+/// Copies kBytes global -> shared (`destination`, a shared_address) without holding a
+/// register; with fill false the bytes are zeros. 16 bytes go through L2 only
+/// (cp.async.cg: the weight is read once), 4 bytes (x rows that are not 16-byte aligned)
+/// through L1 (cp.async.ca).
+template <int kBytes>
+__device__ __forceinline__ void copy_async(unsigned int destination, const float* global,
+                                           bool fill) {
+  static_assert(kBytes == 16 || kBytes == 4, "cp.async moves 16 or 4 bytes here");
+  const int source_bytes = fill ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(destination), "l"(global),
+                 "r"(source_bytes)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void commit_async_copies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // ---------------------------------------------------------------- a thread's copies
 

@@ -9,8 +9,7 @@
 // the step still runs in 0.74-0.84 of its time at one block a multiprocessor.
 //
 // Shared memory of a block: the product tile's two [R][68] float tiles (34 KiB at row
-// tile R = 64), the attention's merge state (4.2 KiB) and a few words, static; and the
-// product's weight stages, dynamic (kWeightStages chunks of 8 KiB).
+// tile R = 64), the attention's merge state (4.2 KiB) and a few words, static.
 #include "kernels/persistent_decode.cuh"
 
 #include <cstddef>
@@ -44,22 +43,7 @@ static_assert(kThreads == kLayernormThreads, "a LayerNorm row is one block of th
 static_assert(kThreads >= 2 * kAttentionThreads, "attention runs on the block's first 128 threads");
 
 constexpr int kLayerProducts = kPersistentProducts - 1;  // every product but the LM head
-// Chunks of a product whose x a lane loads before it multiplies any of them
-// (bf16_product_tile): 8 loads of 16 bytes a lane in flight at row tiles 16 and 32, as a
-// chunk alone has at 64. Within the 128 registers the kernel is capped at anyway.
-template <int kRows>
-constexpr int kChunksOfX = kRows == 16   ? 4
-                           : kRows == 32 ? 2
-                                         : 1;
-// The weight stages of a product instruction: the chunks a thread has requested before
-// it waits for the instruction's inputs. 8 chunks hold a whole split of each of GPT-2
-// small's layer products (2, 1, 3 and 3 chunks) and two thirds of an LM-head tile (12);
-// 64 KiB a block, which still leaves two blocks a multiprocessor at every row tile
-// (228 KiB on sm_90 >= 2 x (64 + at most 44 static + 1 reserved) KiB). In registers,
-// 4 chunks held across the wait cost 32 registers a thread.
-constexpr int kWeightStages = 8;
-constexpr int kStagedWeightBytes = kWeightStages * decode_bf16::kWeightStageBytes;
-constexpr int kMaxLayers = 48;  // GPT-2 XL
+constexpr int kMaxLayers = 48;                           // GPT-2 XL
 
 /// The kernel's arguments: the launch's description, and every product's kernel
 /// arguments as chapter 10's launch would pass them, per layer; the LM head's with logits
@@ -249,8 +233,8 @@ __device__ __forceinline__ void attention_barrier() {
 // Grid:   schedule.blocks blocks of 256 threads, all resident (cooperative launch);
 //         block k runs schedule.block_instructions[block_first[k] .. block_first[k + 1])
 //         every step.
-// Promises: LDGSTS.E.BYPASS.128 LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
-// Spills: at most 488 bytes (128 registers a thread, two blocks a multiprocessor: the step
+// Promises: LDG.E.128 HMMA.16816.F32.BF16 REDG.E.ADD.STRONG.GPU NANOSLEEP
+// Spills: at most 440 bytes (128 registers a thread, two blocks a multiprocessor: the step
 // measured 0.74-0.84 of its time at one block a multiprocessor, docs/tuning_log.md row 41)
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
@@ -261,7 +245,6 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
   __shared__ Candidate warp_winners[kWarps];
   __shared__ int stopping;  // set once, by thread 0, when the kernel is stopping
   float* product_shared = reinterpret_cast<float*>(product_storage);
-  extern __shared__ uint4 weight_stages[];  // kStagedWeightBytes
   const int first = a.schedule.block_first[blockIdx.x];
   const int end = a.schedule.block_first[blockIdx.x + 1];
   const int lm_head_candidates = arguments.lm_head_candidates;
@@ -328,17 +311,15 @@ __global__ void __launch_bounds__(kThreads, kPersistentBlocksPerMultiprocessor)
           if (instruction.which == static_cast<int>(PersistentProduct::kLmHead)) {
             const LmHeadArguments& p =
                 a.logits_history != nullptr ? arguments.lm_heads[step] : arguments.lm_head;
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead,
-                                           kChunksOfX<kRows>, kWeightStages>(
-                p, instruction.unit / p.column_tiles, instruction.unit % p.column_tiles,
-                product_shared, wait, weight_stages);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           } else {
             const ProductArguments& p =
                 arguments.layer_products[instruction.layer][instruction.which];
-            decode_bf16::bf16_product_tile<kRows, true, decode_bf16::kChunksAhead,
-                                           kChunksOfX<kRows>, kWeightStages>(
-                p, instruction.unit / p.column_tiles, instruction.unit % p.column_tiles,
-                product_shared, wait, weight_stages);
+            decode_bf16::bf16_product_tile<kRows, true>(p, instruction.unit / p.column_tiles,
+                                                        instruction.unit % p.column_tiles,
+                                                        product_shared, wait);
           }
           break;
         }
@@ -384,24 +365,15 @@ void* kernel_address() {
 
 int row_tile_of(int B) { return B <= 16 ? 16 : B <= 32 ? 32 : 64; }
 
-/// The kernel of a batch of B rows, allowed its dynamic shared memory (the weight stages:
-/// above the 48 KiB a kernel gets without asking).
 void* kernel_for(int B) {
-  void* kernel = nullptr;
   switch (row_tile_of(B)) {
     case 16:
-      kernel = kernel_address<16>();
-      break;
+      return kernel_address<16>();
     case 32:
-      kernel = kernel_address<32>();
-      break;
+      return kernel_address<32>();
     default:
-      kernel = kernel_address<64>();
-      break;
+      return kernel_address<64>();
   }
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kStagedWeightBytes));
-  return kernel;
 }
 
 /// The arguments chapter 10's launch passes for one product (the same plan), with the
@@ -437,8 +409,7 @@ std::size_t persistent_decode_table_bytes(int max_steps, bool keep_logits) {
 
 int persistent_decode_blocks_per_multiprocessor(int B) {
   int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads,
-                                                           kStagedWeightBytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_for(B), kThreads, 0));
   return blocks;
 }
 
@@ -570,9 +541,9 @@ void launch_persistent_decode(const PersistentDecodeLaunch& launch, cudaStream_t
                          "the device cannot launch a cooperative kernel (every block resident at "
                          "once), which the persistent kernel needs");
   void* kernel_arguments[] = {&arguments};
-  CUDA_CHECK(cudaLaunchCooperativeKernel(
-      kernel_for(a.B), dim3(static_cast<unsigned int>(a.schedule.blocks)), dim3(kThreads),
-      kernel_arguments, kStagedWeightBytes, stream));
+  CUDA_CHECK(cudaLaunchCooperativeKernel(kernel_for(a.B),
+                                         dim3(static_cast<unsigned int>(a.schedule.blocks)),
+                                         dim3(kThreads), kernel_arguments, 0, stream));
   CUDA_CHECK_LAUNCH(stream);
 }
 
