@@ -27,7 +27,8 @@ import statistics
 import sys
 
 OPS = {0: "embedding", 1: "LayerNorm", 2: "product", 3: "attention", 4: "argmax", 5: "stop"}
-# A layer's phases in the order of its chain: (name, op, words its description holds).
+# A layer's phases in the order of its chain: (name, op, words its description holds: the
+# CSV's `what`, written by describe() in common/persistent_schedule.cpp).
 PHASES = [("ln_1", 1, "ln_1 "), ("qkv product", 2, "qkv product"), ("attention", 3, "attention"),
           ("attention projection", 2, "attention projection"), ("ln_2", 1, "ln_2 "),
           ("c_fc", 2, "c_fc"), ("MLP projection", 2, "MLP projection,")]
